@@ -1,0 +1,99 @@
+//! The filter-stage contract: each concern (SigV4, block cache, ring, write-back) is a
+//! [`RequestFilter`] built once from a route's config and run in order for every request.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::proxy::Session;
+
+use crate::{BucketName, ObjectKey, RequestId, S3Error, S3Op};
+
+/// How the proxy signs the body it forwards to the origin.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum UpstreamPayload {
+    /// No body, or a body whose integrity was not signed: `UNSIGNED-PAYLOAD`.
+    #[default]
+    Unsigned,
+    /// The client's hex SHA-256 of the body: forwarded, so the origin checks it too.
+    Sha256(String),
+    /// The body is forwarded as sent, `aws-chunked` with unsigned chunks and a checksum
+    /// trailer (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
+    UnsignedTrailer,
+    /// Signed `aws-chunked` framing was stripped: the origin gets the plain body of `length`
+    /// bytes.
+    Decoded {
+        /// The decoded body length (x-amz-decoded-content-length).
+        length: u64,
+    },
+}
+
+/// A transformation or check over the request body as it streams to the origin.
+///
+/// Contract: `feed` is called for every piece of the body in order, and exactly once with
+/// `end_of_stream == true`. It may replace `body` (with fewer, more, or no bytes). An error
+/// aborts the request before the offending bytes are forwarded.
+pub trait BodyStage: Send + Sync {
+    /// Inspects and possibly rewrites one piece of the body.
+    fn feed(&mut self, body: &mut Option<Bytes>, end_of_stream: bool) -> Result<(), S3Error>;
+
+    /// A fresh stage in the initial state, for verifying a pre-read body twice.
+    fn fresh(&self) -> Box<dyn BodyStage>;
+}
+
+/// Per-request state shared by filters and the proxy.
+pub struct FilterCtx {
+    /// This request's id (x-amz-request-id).
+    pub request_id: RequestId,
+    /// The S3 operation.
+    pub op: S3Op,
+    /// The addressed bucket, when the request names one.
+    pub bucket: Option<BucketName>,
+    /// The addressed key (percent-decoded), when the request names one.
+    pub key: Option<ObjectKey>,
+    /// The access key the request was signed with, once verified.
+    pub access_key: Option<String>,
+    /// How to sign the forwarded body.
+    pub payload: UpstreamPayload,
+    /// The body check or transformation, if any.
+    pub body_stage: Option<Box<dyn BodyStage>>,
+    /// The whole body was read and verified before the origin was contacted (so an
+    /// `Expect: 100-continue` was already answered).
+    pub body_preread: bool,
+}
+
+impl FilterCtx {
+    /// A context for a new request.
+    pub fn new(op: S3Op) -> Self {
+        Self {
+            request_id: RequestId::next(),
+            op,
+            bucket: None,
+            key: None,
+            access_key: None,
+            payload: UpstreamPayload::Unsigned,
+            body_stage: None,
+            body_preread: false,
+        }
+    }
+}
+
+/// One filter stage.
+///
+/// Contract: `request_filter` runs after routing, before anything reaches the origin.
+/// `Ok(false)` passes the request on to the next stage; `Ok(true)` means this stage wrote the
+/// whole response and the chain stops; `Err` is answered to the client as an S3 XML error and
+/// the origin is never contacted. Stages must not block the async thread.
+#[async_trait]
+pub trait RequestFilter: Send + Sync {
+    /// The stage's name, as routes list it in YAML.
+    fn name(&self) -> &'static str;
+
+    /// Inspects the request; see the trait contract.
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+    ) -> Result<bool, S3Error>;
+
+    /// Called once the response is done, to record metrics.
+    fn logging(&self, _ctx: &FilterCtx, _status: u16) {}
+}

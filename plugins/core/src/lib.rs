@@ -1,0 +1,21 @@
+//! Shared types for Floe's request filters: validated names, S3 errors, the S3 operation a
+//! request is, and the [`RequestFilter`] trait every filter crate implements.
+//!
+//! ```
+//! use floe_core::{BucketName, S3Error, S3ErrorCode};
+//! let bucket = BucketName::parse("warehouse").unwrap();
+//! assert_eq!(bucket.as_str(), "warehouse");
+//! let err = S3Error::new(S3ErrorCode::AccessDenied, "no");
+//! assert_eq!(err.status(), 403);
+//! assert!(err.to_xml("/warehouse", "0123").contains("<Code>AccessDenied</Code>"));
+//! ```
+
+mod error;
+mod filter;
+mod op;
+mod types;
+
+pub use error::{S3Error, S3ErrorCode};
+pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
+pub use op::S3Op;
+pub use types::{BucketName, ETag, NameError, ObjectKey, RequestId};

@@ -1,0 +1,223 @@
+//! Which S3 operation a request is, from its method, path shape and query. Used for metrics
+//! labels, for deciding retry safety, and for refusing what Floe does not carry.
+
+/// An S3 operation Floe knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum S3Op {
+    ListBuckets,
+    HeadBucket,
+    GetBucketLocation,
+    ListObjects,
+    ListObjectsV2,
+    ListObjectVersions,
+    ListMultipartUploads,
+    DeleteObjects,
+    GetObject,
+    HeadObject,
+    GetObjectAttributes,
+    PutObject,
+    CopyObject,
+    DeleteObject,
+    CreateMultipartUpload,
+    UploadPart,
+    UploadPartCopy,
+    CompleteMultipartUpload,
+    AbortMultipartUpload,
+    ListParts,
+    /// Anything else: refused with 501 NotImplemented.
+    Unsupported,
+}
+
+impl S3Op {
+    /// Classifies a request. `query` is the raw query string; `has_key` says whether the
+    /// path names an object; `copy_source` whether x-amz-copy-source is present.
+    pub fn classify(
+        method: &str,
+        has_bucket: bool,
+        has_key: bool,
+        query: &str,
+        copy_source: bool,
+    ) -> S3Op {
+        let q = |name: &str| {
+            query
+                .split('&')
+                .any(|kv| kv.split('=').next() == Some(name))
+        };
+        use S3Op::*;
+        if !has_bucket {
+            return if method == "GET" {
+                ListBuckets
+            } else {
+                Unsupported
+            };
+        }
+        if !has_key {
+            return match method {
+                "HEAD" => HeadBucket,
+                "GET" if q("location") => GetBucketLocation,
+                "GET" if q("versions") => ListObjectVersions,
+                "GET" if q("uploads") => ListMultipartUploads,
+                "GET" if q("list-type") => ListObjectsV2,
+                "GET" if bucket_subresource(query) => Unsupported,
+                "GET" => ListObjects,
+                "POST" if q("delete") => DeleteObjects,
+                _ => Unsupported,
+            };
+        }
+        match method {
+            "GET" if q("uploadId") => ListParts,
+            "GET" if q("attributes") => GetObjectAttributes,
+            "GET" if object_subresource(query) => Unsupported,
+            "GET" => GetObject,
+            "HEAD" => HeadObject,
+            "PUT" if q("partNumber") && q("uploadId") && copy_source => UploadPartCopy,
+            "PUT" if q("partNumber") && q("uploadId") => UploadPart,
+            "PUT" if object_subresource(query) => Unsupported,
+            "PUT" if copy_source => CopyObject,
+            "PUT" => PutObject,
+            "POST" if q("uploads") => CreateMultipartUpload,
+            "POST" if q("uploadId") => CompleteMultipartUpload,
+            "DELETE" if q("uploadId") => AbortMultipartUpload,
+            "DELETE" if object_subresource(query) => Unsupported,
+            "DELETE" => DeleteObject,
+            _ => Unsupported,
+        }
+    }
+
+    /// Whether replaying the request cannot change the outcome (safe to retry).
+    pub fn is_idempotent(self) -> bool {
+        use S3Op::*;
+        matches!(
+            self,
+            ListBuckets
+                | HeadBucket
+                | GetBucketLocation
+                | ListObjects
+                | ListObjectsV2
+                | ListObjectVersions
+                | ListMultipartUploads
+                | GetObject
+                | HeadObject
+                | GetObjectAttributes
+                | ListParts
+                | DeleteObject
+                | AbortMultipartUpload
+        )
+    }
+
+    /// The operation's name, for metric labels and logs.
+    pub fn as_str(self) -> &'static str {
+        use S3Op::*;
+        match self {
+            ListBuckets => "ListBuckets",
+            HeadBucket => "HeadBucket",
+            GetBucketLocation => "GetBucketLocation",
+            ListObjects => "ListObjects",
+            ListObjectsV2 => "ListObjectsV2",
+            ListObjectVersions => "ListObjectVersions",
+            ListMultipartUploads => "ListMultipartUploads",
+            DeleteObjects => "DeleteObjects",
+            GetObject => "GetObject",
+            HeadObject => "HeadObject",
+            GetObjectAttributes => "GetObjectAttributes",
+            PutObject => "PutObject",
+            CopyObject => "CopyObject",
+            DeleteObject => "DeleteObject",
+            CreateMultipartUpload => "CreateMultipartUpload",
+            UploadPart => "UploadPart",
+            UploadPartCopy => "UploadPartCopy",
+            CompleteMultipartUpload => "CompleteMultipartUpload",
+            AbortMultipartUpload => "AbortMultipartUpload",
+            ListParts => "ListParts",
+            Unsupported => "Unsupported",
+        }
+    }
+}
+
+/// Bucket sub-resources (policy, acl, lifecycle, ...) Floe does not pass on.
+fn bucket_subresource(query: &str) -> bool {
+    const SUB: &[&str] = &[
+        "acl",
+        "policy",
+        "lifecycle",
+        "cors",
+        "tagging",
+        "versioning",
+        "website",
+        "logging",
+        "notification",
+        "replication",
+        "encryption",
+        "object-lock",
+        "ownershipControls",
+    ];
+    query
+        .split('&')
+        .any(|kv| SUB.contains(&kv.split('=').next().unwrap_or("")))
+}
+
+/// Object sub-resources (acl, tagging, retention, ...) Floe does not pass on.
+fn object_subresource(query: &str) -> bool {
+    const SUB: &[&str] = &[
+        "acl",
+        "tagging",
+        "retention",
+        "legal-hold",
+        "torrent",
+        "restore",
+        "select",
+    ];
+    query
+        .split('&')
+        .any(|kv| SUB.contains(&kv.split('=').next().unwrap_or("")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::S3Op::{self, *};
+
+    #[test]
+    fn classifies() {
+        let c = S3Op::classify;
+        assert_eq!(c("GET", false, false, "", false), ListBuckets);
+        assert_eq!(
+            c("GET", true, false, "list-type=2&prefix=a", false),
+            ListObjectsV2
+        );
+        assert_eq!(c("GET", true, false, "prefix=a", false), ListObjects);
+        assert_eq!(c("GET", true, false, "location", false), GetBucketLocation);
+        assert_eq!(c("GET", true, false, "versions", false), ListObjectVersions);
+        assert_eq!(c("GET", true, false, "policy", false), Unsupported);
+        assert_eq!(c("POST", true, false, "delete", false), DeleteObjects);
+        assert_eq!(c("GET", true, true, "partNumber=1", false), GetObject);
+        assert_eq!(c("GET", true, true, "uploadId=x", false), ListParts);
+        assert_eq!(
+            c("PUT", true, true, "partNumber=1&uploadId=x", true),
+            UploadPartCopy
+        );
+        assert_eq!(
+            c("PUT", true, true, "partNumber=1&uploadId=x", false),
+            UploadPart
+        );
+        assert_eq!(c("PUT", true, true, "", true), CopyObject);
+        assert_eq!(
+            c("POST", true, true, "uploads", false),
+            CreateMultipartUpload
+        );
+        assert_eq!(
+            c("POST", true, true, "uploadId=x", false),
+            CompleteMultipartUpload
+        );
+        assert_eq!(
+            c("DELETE", true, true, "uploadId=x", false),
+            AbortMultipartUpload
+        );
+        assert_eq!(
+            c("GET", true, true, "attributes", false),
+            GetObjectAttributes
+        );
+        assert_eq!(c("PUT", true, true, "tagging", false), Unsupported);
+        assert!(GetObject.is_idempotent() && !PutObject.is_idempotent());
+    }
+}

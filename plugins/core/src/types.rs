@@ -1,0 +1,157 @@
+//! Validated newtypes. Parsing is the only way in, so holders never re-check.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Bucket names are 3 to 63 characters.
+    #[error("bucket name {0:?} must be 3 to 63 characters long")]
+    BucketLength(String),
+    /// Only lowercase letters, digits, '.', '-'; starting and ending alphanumeric.
+    #[error("bucket name {0:?} may hold only a-z, 0-9, '.', '-' and must start and end with a letter or digit")]
+    BucketChars(String),
+    /// Object keys are 1 to 1024 bytes of UTF-8.
+    #[error("object key must be 1 to 1024 bytes long")]
+    KeyLength,
+    /// ETags are quoted or bare printable ASCII.
+    #[error("ETag {0:?} is not printable ASCII")]
+    ETag(String),
+}
+
+/// An S3 bucket name, as S3's naming rules allow it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BucketName(String);
+
+impl BucketName {
+    /// Parses a bucket name by S3's rules (3-63 chars, lowercase, digits, '.', '-').
+    pub fn parse(s: &str) -> Result<Self, NameError> {
+        if !(3..=63).contains(&s.len()) {
+            return Err(NameError::BucketLength(s.to_owned()));
+        }
+        let ok_char =
+            |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-';
+        let b = s.as_bytes();
+        let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        if !b.iter().all(|&c| ok_char(c)) || !edge(b[0]) || !edge(b[b.len() - 1]) {
+            return Err(NameError::BucketChars(s.to_owned()));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BucketName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An object key: 1 to 1024 bytes of UTF-8 (already percent-decoded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKey(String);
+
+impl ObjectKey {
+    /// Parses a decoded key.
+    pub fn parse(s: &str) -> Result<Self, NameError> {
+        if s.is_empty() || s.len() > 1024 {
+            return Err(NameError::KeyLength);
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An entity tag as the origin returned it, quotes included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ETag(String);
+
+impl ETag {
+    /// Parses an ETag header value; it must be visible ASCII.
+    pub fn parse(s: &str) -> Result<Self, NameError> {
+        if s.is_empty() || !s.bytes().all(|c| (0x21..0x7f).contains(&c)) {
+            return Err(NameError::ETag(s.to_owned()));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The ETag as sent on the wire.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The id of one request: 16 uppercase hex digits, as S3's x-amz-request-id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestId(u64);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl RequestId {
+    /// A new id: a per-process random base plus a counter, so ids are unique and cheap.
+    pub fn next() -> Self {
+        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        if n == 0 {
+            // First call seeds the base; races here only cost uniqueness of a couple of ids
+            // in the very first microsecond, which a random seed makes moot.
+            let seed = rand::random::<u64>() & 0xffff_ffff_0000_0000;
+            NEXT_ID.store(seed | 1, Ordering::Relaxed);
+            return Self(seed);
+        }
+        Self(n)
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016X}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_rules() {
+        assert!(BucketName::parse("warehouse").is_ok());
+        assert!(BucketName::parse("a.b-c1").is_ok());
+        assert!(BucketName::parse("ab").is_err());
+        assert!(BucketName::parse("Upper").is_err());
+        assert!(BucketName::parse("-lead").is_err());
+        assert!(BucketName::parse("trail.").is_err());
+        assert!(BucketName::parse(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn key_and_etag_rules() {
+        assert!(ObjectKey::parse("").is_err());
+        assert!(ObjectKey::parse(&"k".repeat(1025)).is_err());
+        assert_eq!(ObjectKey::parse("a/b c").unwrap().as_str(), "a/b c");
+        assert!(ETag::parse("\"abc\"").is_ok());
+        assert!(ETag::parse("a b").is_err());
+    }
+
+    #[test]
+    fn request_ids_are_distinct() {
+        let a = RequestId::next();
+        let b = RequestId::next();
+        assert_ne!(a, b);
+        assert_eq!(a.to_string().len(), 16);
+    }
+}

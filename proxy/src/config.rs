@@ -1,0 +1,238 @@
+//! The external configuration: what operators write in YAML. Every section refuses unknown
+//! keys, every default is named and says why. [`crate::runtime`] turns this into the runtime
+//! form (resolved secrets, parsed URLs) and is where cross-field rules are checked.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// A whole floe-proxy config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Listeners and process-wide settings.
+    pub server: ServerSection,
+    /// Named origins (S3 endpoints, or an embedded local folder).
+    #[serde(default)]
+    pub origins: BTreeMap<String, OriginSection>,
+    /// One route per bucket.
+    pub routes: Vec<RouteSection>,
+}
+
+/// Process-wide settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Where clients connect; at least one.
+    pub listeners: Vec<ListenerSection>,
+    /// The region clients must sign for. Default `us-east-1`: what SDKs and engines assume
+    /// when nothing is set.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Host names under which virtual-host addressing (`bucket.<hostname>`) is recognised.
+    /// Default empty: path-style only, which is what engines use against custom endpoints.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Address of the Prometheus `/metrics` listener. Default none (no metrics listener).
+    #[serde(default)]
+    pub metrics_address: Option<String>,
+    /// Worker threads. Default 2: one per core of a small node; raise on larger machines.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    /// Seconds in-flight transfers get to finish after SIGTERM. Default 30: long enough for a
+    /// multi-GiB transfer on a fast link, short enough for a rolling restart.
+    #[serde(default = "default_grace")]
+    pub grace_period_seconds: u64,
+    /// OTLP collector endpoint for traces and metrics. Default none.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// One listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSection {
+    /// `host:port` to bind.
+    pub address: String,
+    /// TLS certificate and key; plain HTTP when absent.
+    #[serde(default)]
+    pub tls: Option<TlsSection>,
+}
+
+/// TLS material for a listener (PEM files).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Certificate chain path.
+    pub cert: String,
+    /// Private key path.
+    pub key: String,
+}
+
+/// How requests reach the origin's buckets.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Addressing {
+    /// `endpoint/bucket/key` (default: works with every S3-compatible server).
+    #[default]
+    Path,
+    /// `bucket.endpoint/key`.
+    Virtual,
+}
+
+/// An origin: a remote S3 endpoint, or an embedded S3 server over a local folder.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginSection {
+    /// `http://` or `https://` URL of the S3 endpoint. Exactly one of endpoint and embedded.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Serve a local folder through an in-process S3 server (quickstart).
+    #[serde(default)]
+    pub embedded: Option<EmbeddedSection>,
+    /// Region to sign origin requests for. Default `us-east-1`.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Path or virtual-host addressing. Default path.
+    #[serde(default)]
+    pub addressing: Addressing,
+    /// Credentials Floe signs origin requests with.
+    #[serde(default)]
+    pub credentials: CredentialsSection,
+    /// Requests in flight to this origin at once; more wait. Default 256: well under the
+    /// per-prefix request rates S3 allows, enough to keep a 10 Gbit/s link busy.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+    /// Retries of idempotent requests on connection failures. Default 2.
+    #[serde(default = "default_retries")]
+    pub retries: usize,
+    /// Connect timeout in milliseconds. Default 2000.
+    #[serde(default = "default_connect_ms")]
+    pub connect_timeout_ms: u64,
+    /// Idle read timeout in milliseconds. Default 60000: S3 itself closes idle reads later.
+    #[serde(default = "default_read_ms")]
+    pub read_timeout_ms: u64,
+    /// Circuit breaker settings.
+    #[serde(default)]
+    pub breaker: BreakerSection,
+}
+
+/// The in-process S3 server over a folder.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedSection {
+    /// The folder; each route's bucket is a subfolder, created on start.
+    pub root: String,
+}
+
+/// Where origin credentials come from.
+#[derive(Debug, Deserialize, Default)]
+#[serde(tag = "from", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CredentialsSection {
+    /// No credentials: requests go unsigned (public buckets). The default.
+    #[default]
+    None,
+    /// Environment variables.
+    Env {
+        /// Variable holding the access key id.
+        access_key_env: String,
+        /// Variable holding the secret.
+        secret_key_env: String,
+    },
+    /// Files (e.g. mounted Kubernetes secrets), each holding one value.
+    File {
+        /// File holding the access key id.
+        access_key_file: String,
+        /// File holding the secret.
+        secret_key_file: String,
+    },
+}
+
+/// Circuit breaker: after `failures` consecutive connection failures the origin is considered
+/// down for `open_ms`, and requests get 503 SlowDown at once instead of waiting on timeouts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSection {
+    /// Consecutive failures that open the breaker. Default 3.
+    #[serde(default = "default_breaker_failures")]
+    pub failures: u32,
+    /// How long it stays open before one trial request. Default 2000 ms.
+    #[serde(default = "default_breaker_open_ms")]
+    pub open_ms: u64,
+}
+
+impl Default for BreakerSection {
+    fn default() -> Self {
+        Self {
+            failures: default_breaker_failures(),
+            open_ms: default_breaker_open_ms(),
+        }
+    }
+}
+
+/// A route: one bucket, its origin, who may use it, and its filters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// The bucket clients address.
+    pub bucket: String,
+    /// Name of an entry under `origins`.
+    pub origin: String,
+    /// Allow unsigned requests. Default false.
+    #[serde(default)]
+    pub anonymous: bool,
+    /// Client key pairs accepted on this route.
+    #[serde(default)]
+    pub clients: Vec<ClientSection>,
+    /// Filter stages, in order. Default `[sigv4]`.
+    #[serde(default = "default_filters")]
+    pub filters: Vec<String>,
+}
+
+/// One client key pair; the secret comes from exactly one of the three fields.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    /// The access key id clients sign with.
+    pub access_key: String,
+    /// The secret inline (fine for local quickstarts; prefer env or file).
+    #[serde(default)]
+    pub secret_key: Option<String>,
+    /// Environment variable holding the secret.
+    #[serde(default)]
+    pub secret_key_env: Option<String>,
+    /// File holding the secret.
+    #[serde(default)]
+    pub secret_key_file: Option<String>,
+}
+
+fn default_region() -> String {
+    "us-east-1".to_owned()
+}
+fn default_threads() -> usize {
+    2
+}
+fn default_grace() -> u64 {
+    30
+}
+fn default_concurrency() -> usize {
+    256
+}
+fn default_retries() -> usize {
+    2
+}
+fn default_connect_ms() -> u64 {
+    2000
+}
+fn default_read_ms() -> u64 {
+    60_000
+}
+fn default_breaker_failures() -> u32 {
+    3
+}
+fn default_breaker_open_ms() -> u64 {
+    2000
+}
+fn default_filters() -> Vec<String> {
+    vec!["sigv4".to_owned()]
+}

@@ -1,0 +1,125 @@
+//! `floe-proxy`: Floe's S3 data plane. Thin: it loads the config, starts embedded origins,
+//! and hands the route table to Pingora.
+//!
+//! Usage: `floe-proxy --config conf/quickstart.yaml` or `floe-proxy check conf/x.yaml`.
+
+mod config;
+mod embedded;
+mod metrics;
+mod origin;
+mod respond;
+mod routes;
+mod runtime;
+mod service;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use pingora::server::configuration::ServerConf;
+use pingora::server::Server;
+use pingora::services::listening::Service;
+
+use crate::origin::Origin;
+use crate::routes::RouteTable;
+use crate::runtime::{OriginPlace, Settings};
+
+fn usage() -> anyhow::Error {
+    anyhow::anyhow!("usage: floe-proxy [--config FILE] | floe-proxy check FILE")
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (check_only, path) = match args.as_slice() {
+        [c, p] if c == "check" => (true, PathBuf::from(p)),
+        [f, p] if f == "--config" || f == "-c" => (false, PathBuf::from(p)),
+        [] => (false, PathBuf::from("conf/quickstart.yaml")),
+        _ => return Err(usage()),
+    };
+    let settings = runtime::load(&path)?;
+    if check_only {
+        println_ok(&path);
+        return Ok(());
+    }
+    init_logging();
+    run(settings)
+}
+
+#[allow(clippy::print_stdout)]
+fn println_ok(path: &std::path::Path) {
+    println!("{}: ok", path.display());
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Origin>>> {
+    let mut origins = HashMap::new();
+    for (name, spec) in &settings.origins {
+        let origin = match &spec.place {
+            OriginPlace::Remote(url) => Origin::new(spec, url),
+            OriginPlace::Embedded(root) => {
+                let buckets: Vec<String> = settings
+                    .routes
+                    .iter()
+                    .filter(|r| &r.origin == name)
+                    .map(|r| r.bucket.to_string())
+                    .collect();
+                let e = embedded::start(root, &buckets)?;
+                tracing::info!(origin = %name, addr = %e.addr, root = %root, "embedded origin started");
+                let mut spec = spec.clone();
+                spec.credentials = Some((e.access_key, e.secret_key));
+                let url = url::Url::parse(&format!("http://{}", e.addr))?;
+                Origin::new(&spec, &url)
+            }
+        };
+        origins.insert(name.clone(), Arc::new(origin));
+    }
+    Ok(origins)
+}
+
+fn run(settings: Settings) -> anyhow::Result<()> {
+    let origins = build_origins(&settings)?;
+    let s = &settings.server;
+    let table = RouteTable::new(&settings.routes, &origins, &s.region, &s.hostnames);
+    let conf = ServerConf {
+        threads: s.threads,
+        grace_period_seconds: Some(s.grace_period_seconds),
+        graceful_shutdown_timeout_seconds: Some(5),
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        service::FloeProxy::new(table),
+        "floe-s3",
+    );
+    for l in &s.listeners {
+        match &l.tls {
+            None => proxy.add_tcp(&l.address),
+            Some((cert, key)) => proxy
+                .add_tls(&l.address, cert, key)
+                .with_context(|| format!("TLS listener {}: cert {cert}, key {key}", l.address))?,
+        }
+        tracing::info!(address = %l.address, tls = l.tls.is_some(), "listening");
+    }
+    server.add_service(proxy);
+    if let Some(addr) = &s.metrics_address {
+        let mut m = Service::new("floe-metrics".to_owned(), metrics::MetricsApp);
+        m.add_tcp(addr);
+        server.add_service(m);
+    }
+    if s.otlp_endpoint.is_some() {
+        bail!("server.otlp_endpoint: OTLP export is not built yet; remove the key");
+    }
+    server.run_forever()
+}

@@ -1,0 +1,94 @@
+//! Prometheus metrics, registered once, and the `/metrics` listener.
+
+use std::sync::LazyLock;
+
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use prometheus::{
+    register_histogram_vec, register_int_counter_vec, Encoder, HistogramVec, IntCounterVec,
+    TextEncoder,
+};
+
+/// Requests by route, operation and status.
+pub static REQUESTS: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "floe_requests_total",
+        "S3 requests answered",
+        &["route", "op", "status"]
+    )
+    .ok()
+});
+
+/// Request latency by operation.
+pub static LATENCY: LazyLock<Option<HistogramVec>> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "floe_request_duration_seconds",
+        "Time from request head to the end of the response",
+        &["op"],
+        vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0
+        ]
+    )
+    .ok()
+});
+
+/// Bytes received from origins, by origin.
+pub static ORIGIN_BYTES: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "floe_origin_response_bytes_total",
+        "Response body bytes read from origins",
+        &["origin"]
+    )
+    .ok()
+});
+
+/// Origin transport failures and breaker refusals, by origin and kind.
+pub static ORIGIN_FAILURES: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "floe_origin_failures_total",
+        "Origin connection failures and breaker refusals",
+        &["origin", "kind"]
+    )
+    .ok()
+});
+
+/// Records one finished request.
+pub fn record(route: &str, op: &str, status: u16, seconds: f64, origin: &str, origin_bytes: u64) {
+    if let Some(m) = REQUESTS.as_ref() {
+        let code = http::StatusCode::from_u16(status);
+        let label = code.as_ref().map_or("0", |c| c.as_str());
+        m.with_label_values(&[route, op, label]).inc();
+    }
+    if let Some(m) = LATENCY.as_ref() {
+        m.with_label_values(&[op]).observe(seconds);
+    }
+    if origin_bytes > 0 {
+        if let Some(m) = ORIGIN_BYTES.as_ref() {
+            m.with_label_values(&[origin]).inc_by(origin_bytes);
+        }
+    }
+}
+
+/// Counts an origin failure of `kind` (connect, transfer, breaker_open, queue_full).
+pub fn origin_failure(origin: &str, kind: &str) {
+    if let Some(m) = ORIGIN_FAILURES.as_ref() {
+        m.with_label_values(&[origin, kind]).inc();
+    }
+}
+
+/// Serves the default registry in Prometheus text format.
+pub struct MetricsApp;
+
+#[async_trait::async_trait]
+impl ServeHttp for MetricsApp {
+    async fn response(&self, _session: &mut ServerSession) -> http::Response<Vec<u8>> {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&prometheus::gather(), &mut buf);
+        let mut resp = http::Response::new(buf);
+        if let Ok(v) = http::HeaderValue::from_str(prometheus::TEXT_FORMAT) {
+            resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+        }
+        resp
+    }
+}

@@ -1,0 +1,56 @@
+//! Responses Floe writes itself: S3 XML errors and ListBuckets.
+
+use bytes::Bytes;
+use floe_core::{BucketName, RequestId, S3Error};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+/// Writes an S3 XML error (no body for HEAD, as S3 does). Returns the status written.
+pub async fn error(session: &mut Session, id: RequestId, err: &S3Error) -> pingora::Result<u16> {
+    let status = err.status();
+    let resource = session.req_header().uri.path().to_owned();
+    let body = err.to_xml(&resource, &id.to_string());
+    let head = session.req_header().method == http::Method::HEAD;
+    if !session.is_body_done() {
+        // The body was never read: the connection cannot carry another request.
+        session.set_keepalive(None);
+    }
+    let mut resp = ResponseHeader::build(status, Some(4))?;
+    resp.insert_header("content-type", "application/xml")?;
+    resp.insert_header("content-length", body.len().to_string())?;
+    resp.insert_header("x-amz-request-id", id.to_string())?;
+    session.write_response_header(Box::new(resp), head).await?;
+    if !head {
+        session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await?;
+    }
+    Ok(status)
+}
+
+/// Writes a ListAllMyBucketsResult with the given buckets.
+pub async fn list_buckets(
+    session: &mut Session,
+    id: RequestId,
+    buckets: &[&BucketName],
+    owner: &str,
+) -> pingora::Result<u16> {
+    let mut body = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListAllMyBucketsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    body.push_str(&format!(
+        "<Owner><ID>{owner}</ID><DisplayName>{owner}</DisplayName></Owner><Buckets>"
+    ));
+    for b in buckets {
+        // Bucket names are validated to [a-z0-9.-], so they need no escaping.
+        body.push_str(&format!("<Bucket><Name>{b}</Name><CreationDate>2024-01-01T00:00:00.000Z</CreationDate></Bucket>"));
+    }
+    body.push_str("</Buckets></ListAllMyBucketsResult>");
+    let mut resp = ResponseHeader::build(200, Some(4))?;
+    resp.insert_header("content-type", "application/xml")?;
+    resp.insert_header("content-length", body.len().to_string())?;
+    resp.insert_header("x-amz-request-id", id.to_string())?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await?;
+    Ok(200)
+}

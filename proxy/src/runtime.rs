@@ -1,0 +1,385 @@
+//! From the external YAML to validated, resolved settings. Every error names the file, the key
+//! (as a path like `routes[1].clients[0].secret_key_env`) and the reason.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use floe_core::BucketName;
+
+use crate::config::{Addressing, BreakerSection, CredentialsSection, FileConfig, OriginSection};
+
+/// A configuration error: which file, which key, and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}: {key}: {reason}")]
+pub struct ConfigError {
+    /// The config file.
+    pub file: String,
+    /// The offending key path.
+    pub key: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// A listener, validated.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// Bind address.
+    pub address: String,
+    /// (cert, key) paths for TLS.
+    pub tls: Option<(String, String)>,
+}
+
+/// Process-wide settings, validated.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Listeners.
+    pub listeners: Vec<Listener>,
+    /// The region clients sign for.
+    pub region: String,
+    /// Virtual-host base names.
+    pub hostnames: Vec<String>,
+    /// Metrics listener.
+    pub metrics_address: Option<String>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Grace period on SIGTERM.
+    pub grace_period_seconds: u64,
+    /// OTLP endpoint.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Where an origin lives.
+#[derive(Debug, Clone)]
+pub enum OriginPlace {
+    /// A remote endpoint.
+    Remote(url::Url),
+    /// An embedded server over this folder.
+    Embedded(String),
+}
+
+/// An origin, validated, with credentials resolved.
+#[derive(Debug, Clone)]
+pub struct OriginSpec {
+    /// Config name.
+    pub name: String,
+    /// Endpoint or embedded folder.
+    pub place: OriginPlace,
+    /// Signing region.
+    pub region: String,
+    /// Addressing style.
+    pub addressing: Addressing,
+    /// (access key, secret), if signed.
+    pub credentials: Option<(String, String)>,
+    /// Concurrency bound.
+    pub max_concurrency: usize,
+    /// Retries on connection failure.
+    pub retries: usize,
+    /// Connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Read timeout.
+    pub read_timeout_ms: u64,
+    /// Breaker threshold.
+    pub breaker_failures: u32,
+    /// Breaker open time.
+    pub breaker_open_ms: u64,
+}
+
+/// The filter stages a route can list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterKind {
+    /// SigV4 verification.
+    SigV4,
+}
+
+/// A route, validated.
+#[derive(Debug, Clone)]
+pub struct RouteSpec {
+    /// The bucket.
+    pub bucket: BucketName,
+    /// Origin name.
+    pub origin: String,
+    /// Unsigned requests allowed.
+    pub anonymous: bool,
+    /// Client key pairs.
+    pub clients: Vec<(String, String)>,
+    /// Filter stages in order.
+    pub filters: Vec<FilterKind>,
+}
+
+/// A whole validated config.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Server settings.
+    pub server: ServerSettings,
+    /// Origins by name.
+    pub origins: BTreeMap<String, OriginSpec>,
+    /// Routes.
+    pub routes: Vec<RouteSpec>,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Ctx<'_> {
+    fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn secret_env(&self, key: &str, var: &str) -> Result<String, ConfigError> {
+        match (self.env)(var) {
+            Some(v) if !v.is_empty() => Ok(v),
+            _ => Err(self.err(key, format!("environment variable {var} is not set"))),
+        }
+    }
+
+    fn secret_file(&self, key: &str, path: &str) -> Result<String, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| self.err(key, format!("cannot read {path}: {e}")))?;
+        let v = text.trim().to_owned();
+        if v.is_empty() {
+            return Err(self.err(key, format!("{path} is empty")));
+        }
+        Ok(v)
+    }
+}
+
+/// Reads and validates a config file, taking secrets from the process environment.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        key: "(file)".into(),
+        reason: e.to_string(),
+    })?;
+    parse(&file, &text, &|v| std::env::var(v).ok())
+}
+
+/// Parses and validates config text; `env` resolves environment variables.
+pub fn parse(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Settings, ConfigError> {
+    let cx = Ctx { file, env };
+    let raw: FileConfig =
+        serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
+    let server = server(&cx, &raw)?;
+    let mut origins = BTreeMap::new();
+    for (name, o) in &raw.origins {
+        origins.insert(name.clone(), origin(&cx, name, o)?);
+    }
+    let routes = routes(&cx, &raw, &origins)?;
+    Ok(Settings {
+        server,
+        origins,
+        routes,
+    })
+}
+
+fn server(cx: &Ctx<'_>, raw: &FileConfig) -> Result<ServerSettings, ConfigError> {
+    let s = &raw.server;
+    if s.listeners.is_empty() {
+        return Err(cx.err("server.listeners", "at least one listener is needed"));
+    }
+    let mut listeners = Vec::new();
+    for (i, l) in s.listeners.iter().enumerate() {
+        if l.address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(cx.err(
+                format!("server.listeners[{i}].address"),
+                format!("{:?} is not an ip:port address", l.address),
+            ));
+        }
+        listeners.push(Listener {
+            address: l.address.clone(),
+            tls: l.tls.as_ref().map(|t| (t.cert.clone(), t.key.clone())),
+        });
+    }
+    if s.threads == 0 {
+        return Err(cx.err("server.threads", "must be at least 1"));
+    }
+    if let Some(m) = &s.metrics_address {
+        if m.parse::<std::net::SocketAddr>().is_err() {
+            return Err(cx.err(
+                "server.metrics_address",
+                format!("{m:?} is not an ip:port address"),
+            ));
+        }
+    }
+    Ok(ServerSettings {
+        listeners,
+        region: s.region.clone(),
+        hostnames: s.hostnames.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        metrics_address: s.metrics_address.clone(),
+        threads: s.threads,
+        grace_period_seconds: s.grace_period_seconds,
+        otlp_endpoint: s.otlp_endpoint.clone(),
+    })
+}
+
+fn origin(cx: &Ctx<'_>, name: &str, o: &OriginSection) -> Result<OriginSpec, ConfigError> {
+    let key = format!("origins.{name}");
+    let place = match (&o.endpoint, &o.embedded) {
+        (Some(ep), None) => {
+            let url = url::Url::parse(ep).map_err(|e| {
+                cx.err(
+                    format!("{key}.endpoint"),
+                    format!("{ep:?} is not a URL: {e}"),
+                )
+            })?;
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return Err(cx.err(
+                    format!("{key}.endpoint"),
+                    format!("{ep:?} must be an http:// or https:// URL with a host"),
+                ));
+            }
+            OriginPlace::Remote(url)
+        }
+        (None, Some(e)) => OriginPlace::Embedded(e.root.clone()),
+        _ => return Err(cx.err(&key, "exactly one of endpoint and embedded must be set")),
+    };
+    let credentials = match &o.credentials {
+        CredentialsSection::None => None,
+        CredentialsSection::Env {
+            access_key_env,
+            secret_key_env,
+        } => Some((
+            cx.secret_env(&format!("{key}.credentials.access_key_env"), access_key_env)?,
+            cx.secret_env(&format!("{key}.credentials.secret_key_env"), secret_key_env)?,
+        )),
+        CredentialsSection::File {
+            access_key_file,
+            secret_key_file,
+        } => Some((
+            cx.secret_file(
+                &format!("{key}.credentials.access_key_file"),
+                access_key_file,
+            )?,
+            cx.secret_file(
+                &format!("{key}.credentials.secret_key_file"),
+                secret_key_file,
+            )?,
+        )),
+    };
+    if o.max_concurrency == 0 {
+        return Err(cx.err(format!("{key}.max_concurrency"), "must be at least 1"));
+    }
+    let BreakerSection { failures, open_ms } = o.breaker;
+    if failures == 0 {
+        return Err(cx.err(format!("{key}.breaker.failures"), "must be at least 1"));
+    }
+    Ok(OriginSpec {
+        name: name.to_owned(),
+        place,
+        region: o.region.clone(),
+        addressing: o.addressing,
+        credentials,
+        max_concurrency: o.max_concurrency,
+        retries: o.retries,
+        connect_timeout_ms: o.connect_timeout_ms,
+        read_timeout_ms: o.read_timeout_ms,
+        breaker_failures: failures,
+        breaker_open_ms: open_ms,
+    })
+}
+
+fn routes(
+    cx: &Ctx<'_>,
+    raw: &FileConfig,
+    origins: &BTreeMap<String, OriginSpec>,
+) -> Result<Vec<RouteSpec>, ConfigError> {
+    if raw.routes.is_empty() {
+        return Err(cx.err("routes", "at least one route is needed"));
+    }
+    let mut seen = HashSet::new();
+    let mut secrets: HashMap<String, String> = HashMap::new();
+    let mut out = Vec::new();
+    for (i, r) in raw.routes.iter().enumerate() {
+        let key = format!("routes[{i}]");
+        let bucket = BucketName::parse(&r.bucket)
+            .map_err(|e| cx.err(format!("{key}.bucket"), e.to_string()))?;
+        if !seen.insert(bucket.clone()) {
+            return Err(cx.err(
+                format!("{key}.bucket"),
+                format!("bucket {bucket} is routed twice"),
+            ));
+        }
+        if !origins.contains_key(&r.origin) {
+            return Err(cx.err(
+                format!("{key}.origin"),
+                format!("no origin named {:?} under origins", r.origin),
+            ));
+        }
+        let mut clients = Vec::new();
+        for (j, c) in r.clients.iter().enumerate() {
+            let ck = format!("{key}.clients[{j}]");
+            let secret =
+                match (&c.secret_key, &c.secret_key_env, &c.secret_key_file) {
+                    (Some(s), None, None) if !s.is_empty() => s.clone(),
+                    (None, Some(v), None) => cx.secret_env(&format!("{ck}.secret_key_env"), v)?,
+                    (None, None, Some(f)) => cx.secret_file(&format!("{ck}.secret_key_file"), f)?,
+                    (None, None, None) => return Err(cx.err(
+                        format!("{ck}.secret_key"),
+                        "missing secret: set one of secret_key, secret_key_env, secret_key_file",
+                    )),
+                    _ => {
+                        return Err(cx.err(
+                            &ck,
+                            "set exactly one of secret_key, secret_key_env, secret_key_file",
+                        ))
+                    }
+                };
+            if c.access_key.is_empty() {
+                return Err(cx.err(format!("{ck}.access_key"), "must not be empty"));
+            }
+            if secrets.get(&c.access_key).is_some_and(|s| *s != secret) {
+                return Err(cx.err(
+                    &ck,
+                    format!(
+                        "access key {} has a different secret on another route",
+                        c.access_key
+                    ),
+                ));
+            }
+            secrets.insert(c.access_key.clone(), secret.clone());
+            clients.push((c.access_key.clone(), secret));
+        }
+        let mut filters = Vec::new();
+        for (j, f) in r.filters.iter().enumerate() {
+            filters.push(match f.as_str() {
+                "sigv4" => FilterKind::SigV4,
+                other => {
+                    return Err(cx.err(
+                        format!("{key}.filters[{j}]"),
+                        format!("unknown filter {other:?}; known: sigv4"),
+                    ))
+                }
+            });
+        }
+        if filters.first() != Some(&FilterKind::SigV4) {
+            return Err(cx.err(
+                format!("{key}.filters"),
+                "sigv4 must be the first filter: every request is verified before anything else",
+            ));
+        }
+        if clients.is_empty() && !r.anonymous {
+            return Err(cx.err(
+                format!("{key}.clients"),
+                "a route needs at least one client key pair unless anonymous: true",
+            ));
+        }
+        out.push(RouteSpec {
+            bucket,
+            origin: r.origin.clone(),
+            anonymous: r.anonymous,
+            clients,
+            filters,
+        });
+    }
+    Ok(out)
+}
