@@ -1,0 +1,167 @@
+"""Fixtures: a real MinIO origin, a counting relay in front of it, and a floe-proxy process."""
+import os
+import pathlib
+import socket
+import subprocess
+import time
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from relay import Relay
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CACHE = pathlib.Path(os.environ.get("FLOE_CACHE", pathlib.Path.home() / ".cache" / "floe"))
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+FLOE_BIN = pathlib.Path(os.environ.get("FLOE_BIN", TARGET / "debug" / "floe-proxy"))
+MINIO_BIN = pathlib.Path(os.environ.get("MINIO_BIN", CACHE / "bin" / "minio"))
+
+ORIGIN_KEY, ORIGIN_SECRET = "floeorigin", "floe-origin-secret-123"
+CLIENT = ("floe-client", "floe-client-secret")
+CLIENT2 = ("second-client", "second-client-secret")
+BUCKET, VERSIONED, PUBLIC = "floe-test", "floe-versioned", "floe-public"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)  # polling for a port to open, not synchronising test steps
+    raise RuntimeError(f"{what} did not open port {port}")
+
+
+def s3_client(port, key=CLIENT[0], secret=CLIENT[1], **cfg):
+    return boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **cfg),
+    )
+
+
+class Proc:
+    def __init__(self, args, env, log, port, what):
+        self.log = log
+        self.port = port
+        self.proc = subprocess.Popen(args, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        wait_port(port, self.proc, what)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def minio(tmp_path_factory):
+    d = tmp_path_factory.mktemp("minio")
+    port = free_port()
+    env = dict(os.environ, MINIO_ROOT_USER=ORIGIN_KEY, MINIO_ROOT_PASSWORD=ORIGIN_SECRET,
+               MINIO_BROWSER="off")
+    p = Proc([str(MINIO_BIN), "server", "--quiet", "--address", f"127.0.0.1:{port}", str(d / "data")],
+             env, d / "minio.log", port, "minio")
+    direct = s3_client(port, ORIGIN_KEY, ORIGIN_SECRET)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            direct.list_buckets()
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)  # MinIO answers 503 while initialising
+    for b in (BUCKET, VERSIONED, PUBLIC):
+        direct.create_bucket(Bucket=b)
+    direct.put_bucket_versioning(Bucket=VERSIONED, VersioningConfiguration={"Status": "Enabled"})
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="session")
+def direct(minio):
+    """boto3 straight to MinIO: the reference every Floe result is compared with."""
+    return s3_client(minio.port, ORIGIN_KEY, ORIGIN_SECRET)
+
+
+@pytest.fixture(scope="session")
+def relay(minio):
+    return Relay(minio.port)
+
+
+FLOE_YAML = """
+server:
+  listeners:
+    - address: 127.0.0.1:{port}
+  metrics_address: 127.0.0.1:{mport}
+  grace_period_seconds: 5
+origins:
+  minio:
+    endpoint: http://127.0.0.1:{relay}
+    credentials:
+      from: env
+      access_key_env: FLOE_TEST_ORIGIN_KEY
+      secret_key_env: FLOE_TEST_ORIGIN_SECRET
+    retries: 1
+    connect_timeout_ms: 500
+    breaker:
+      failures: 3
+      open_ms: 1000
+routes:
+  - bucket: {bucket}
+    origin: minio
+    clients:
+      - access_key: {c1}
+        secret_key: {s1}
+      - access_key: {c2}
+        secret_key_env: FLOE_TEST_CLIENT2_SECRET
+  - bucket: {versioned}
+    origin: minio
+    clients:
+      - access_key: {c1}
+        secret_key: {s1}
+  - bucket: {public}
+    origin: minio
+    anonymous: true
+"""
+
+
+def start_floe(tmp, relay_port, **extra_env):
+    port, mport = free_port(), free_port()
+    conf = tmp / "floe.yaml"
+    conf.write_text(FLOE_YAML.format(port=port, mport=mport, relay=relay_port, bucket=BUCKET,
+                                     versioned=VERSIONED, public=PUBLIC, c1=CLIENT[0], s1=CLIENT[1],
+                                     c2=CLIENT2[0]))
+    env = dict(os.environ, FLOE_TEST_ORIGIN_KEY=ORIGIN_KEY, FLOE_TEST_ORIGIN_SECRET=ORIGIN_SECRET,
+               FLOE_TEST_CLIENT2_SECRET=CLIENT2[1], **extra_env)
+    p = Proc([str(FLOE_BIN), "--config", str(conf)], env, tmp / "floe.log", port, "floe-proxy")
+    p.metrics_port = mport
+    return p
+
+
+@pytest.fixture(scope="session")
+def floe(relay, tmp_path_factory):
+    p = start_floe(tmp_path_factory.mktemp("floe"), relay.port)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(floe):
+    """boto3 through Floe, with current default checksum behaviour (aws-chunked trailers)."""
+    return s3_client(floe.port)

@@ -1,0 +1,111 @@
+"""A counting TCP relay between Floe and the origin: the origin's request log for tests.
+
+It counts every byte Floe sends to the origin (so a test can prove nothing arrived), can cut
+the next response mid-stream with a TCP reset (origin killed mid-GET), and can go down
+entirely (origin unreachable: connection refused).
+"""
+import socket
+import struct
+import threading
+
+
+class Relay:
+    def __init__(self, upstream_port, host="127.0.0.1"):
+        self.upstream = (host, upstream_port)
+        self.lock = threading.Lock()
+        self.bytes_to_origin = 0
+        self.requests_seen = 0
+        self.cut_after = None  # cut the next response after this many bytes
+        self.conns = set()
+        self.listener = None
+        self.port = None
+        self.start()
+
+    def start(self, port=0):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port or self.port or 0))
+        s.listen(128)
+        self.listener = s
+        self.port = s.getsockname()[1]
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def down(self):
+        """Refuse new connections and reset the open ones."""
+        if self.listener:
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            conns = list(self.conns)
+            self.conns.clear()
+        for c in conns:
+            _reset(c)
+
+    def up(self):
+        self.start(self.port)
+
+    def sent(self):
+        with self.lock:
+            return self.bytes_to_origin
+
+    def cut_next_response(self, after_bytes):
+        with self.lock:
+            self.cut_after = after_bytes
+
+    def _accept(self, listener):
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                origin = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns.update((client, origin))
+            threading.Thread(target=self._pump, args=(client, origin, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(origin, client, False), daemon=True).start()
+
+    def _pump(self, src, dst, to_origin):
+        budget = None
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                return
+            with self.lock:
+                if to_origin:
+                    self.bytes_to_origin += len(data)
+                elif budget is None and self.cut_after is not None:
+                    budget, self.cut_after = self.cut_after, None
+            if budget is not None and not to_origin:
+                if len(data) >= budget:
+                    try:
+                        dst.sendall(data[:budget])
+                    except OSError:
+                        pass
+                    _reset(src)
+                    _reset(dst)
+                    return
+                budget -= len(data)
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+
+def _reset(sock):
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    except OSError:
+        pass

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the tests need (Python venv with boto3/awscli/DuckDB/PyIceberg/Polars/pyarrow,
+# MinIO from the Go module proxy), builds Floe, then runs the Rust and the Python suites.
+# Everything is cached under ${FLOE_CACHE:-~/.cache/floe} so reruns are fast.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export FLOE_CACHE="${FLOE_CACHE:-$HOME/.cache/floe}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$FLOE_CACHE/target}"
+mkdir -p "$FLOE_CACHE/bin"
+
+if [ ! -x "$FLOE_CACHE/venv/bin/python" ]; then
+  python3 -m venv "$FLOE_CACHE/venv"
+fi
+PY="$FLOE_CACHE/venv/bin/python"
+if ! "$PY" -c "import boto3, duckdb, pyiceberg, polars, pyarrow, pytest, awscli" 2>/dev/null; then
+  # Two steps: one pip call with pyiceberg's extras backtracks for minutes.
+  "$PY" -m pip install -q boto3 awscli pytest
+  "$PY" -m pip install -q -r tests/requirements.txt
+fi
+if [ ! -x "$FLOE_CACHE/bin/minio" ]; then
+  GOBIN="$FLOE_CACHE/bin" go install github.com/minio/minio@latest
+fi
+command -v cmake >/dev/null || { echo "cmake is needed to build pingora (apt-get install cmake)"; exit 1; }
+
+cargo build --bin floe-proxy
+cargo test --workspace
+export PATH="$FLOE_CACHE/venv/bin:$PATH" MINIO_BIN="$FLOE_CACHE/bin/minio"
+"$PY" -m pytest -q tests "$@"
