@@ -1,0 +1,204 @@
+"""Each SigV4 failure class gets the right S3 error and nothing reaches the origin (the relay's
+byte count toward the origin does not move)."""
+import base64
+import datetime
+import hashlib
+import hmac
+import os
+import zlib
+from unittest import mock
+from xml.etree import ElementTree
+
+import botocore.auth
+import pytest
+import urllib3
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from conftest import BUCKET, CLIENT, PUBLIC, s3_client
+
+HTTP = urllib3.PoolManager(retries=False)
+
+
+def sign(method, url, body=b"", headers=None, key=CLIENT, when=None, payload=None):
+    req = AWSRequest(method=method, url=url, data=body, headers=headers or {})
+    if payload:
+        req.headers["X-Amz-Content-SHA256"] = payload
+    auth = botocore.auth.S3SigV4Auth(Credentials(*key), "s3", "us-east-1")
+    if payload:
+        auth.payload = lambda request: payload
+    if when:
+        with mock.patch.object(botocore.auth, "get_current_datetime", return_value=when):
+            auth.add_auth(req)
+    else:
+        auth.add_auth(req)
+    return req
+
+
+def send(req, body=None):
+    r = HTTP.request(req.method, req.url, body=req.body if body is None else body, headers=dict(req.headers))
+    return r
+
+
+def err(r):
+    if not r.data:
+        return r.status, None
+    return r.status, ElementTree.fromstring(r.data).findtext("Code")
+
+
+@pytest.fixture
+def url(floe):
+    return lambda key: f"http://127.0.0.1:{floe.port}/{BUCKET}/{key}"
+
+
+@pytest.fixture
+def nothing_reaches_origin(relay):
+    before = relay.sent()
+    yield
+    assert relay.sent() == before, "bytes reached the origin"
+
+
+def test_wrong_secret(url, nothing_reaches_origin):
+    r = send(sign("GET", url("k"), key=(CLIENT[0], "wrong")))
+    assert err(r) == (403, "SignatureDoesNotMatch")
+    assert r.headers.get("x-amz-request-id")
+
+
+def test_unknown_key(url, nothing_reaches_origin):
+    assert err(send(sign("GET", url("k"), key=("nobody", "x")))) == (403, "InvalidAccessKeyId")
+
+
+def test_tampered_header(url, nothing_reaches_origin):
+    req = sign("GET", url("k"), headers={"Range": "bytes=0-9"})
+    del req.headers["Range"]
+    req.headers["Range"] = "bytes=0-99"
+    assert err(send(req)) == (403, "SignatureDoesNotMatch")
+
+
+def test_tampered_body_with_hex_digest(url, nothing_reaches_origin):
+    req = sign("PUT", url("tampered"), body=b"the signed body")
+    assert req.headers["X-Amz-Content-SHA256"] == hashlib.sha256(b"the signed body").hexdigest()
+    assert err(send(req, body=b"the other body!")) == (400, "XAmzContentSHA256Mismatch")
+
+
+def test_skewed_clock(url, nothing_reaches_origin):
+    when = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(minutes=20)
+    assert err(send(sign("GET", url("k"), when=when))) == (403, "RequestTimeTooSkewed")
+
+
+def presign(url, expires, when):
+    req = AWSRequest(method="GET", url=url)
+    auth = botocore.auth.S3SigV4QueryAuth(Credentials(*CLIENT), "s3", "us-east-1", expires=expires)
+    with mock.patch.object(botocore.auth, "get_current_datetime", return_value=when):
+        auth.add_auth(req)
+    return req.url
+
+
+def test_presign_valid_then_expired(url, relay):
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    assert HTTP.request("GET", presign(url("missing"), 3600, now)).status == 404  # verified, reached origin
+    before = relay.sent()
+    r = HTTP.request("GET", presign(url("missing"), 3600, now - datetime.timedelta(hours=2)))
+    assert err(r) == (403, "AccessDenied")
+    assert b"expired" in r.data
+    assert relay.sent() == before
+
+
+def test_anonymous_only_where_allowed(floe, relay):
+    assert err(HTTP.request("GET", f"http://127.0.0.1:{floe.port}/{BUCKET}/k")) == (403, "AccessDenied")
+    r = HTTP.request("GET", f"http://127.0.0.1:{floe.port}/{PUBLIC}/missing")
+    assert r.status == 404  # reached the origin (which checks its own policy)
+
+
+def test_malformed_authorization(url, nothing_reaches_origin):
+    r = HTTP.request("GET", url("k"), headers={"Authorization": "AWS4-HMAC-SHA256 Credential=x/y",
+                                               "x-amz-date": "20260101T000000Z", "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    assert err(r) == (400, "AuthorizationHeaderMalformed")
+
+
+# aws-chunked bodies, framed here so each chunk and trailer can be tampered with.
+
+def chunk_signed_put(url, data, chunk, tamper_chunk=None):
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    n_chunks = (len(data) + chunk - 1) // chunk
+    framed_len = sum(len(f"{min(chunk, len(data) - i):x};chunk-signature=") + 64 + 4 + min(chunk, len(data) - i)
+                     for i in range(0, len(data), chunk)) + len("0;chunk-signature=") + 64 + 4
+    headers = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+               "Content-Length": str(framed_len)}
+    req = sign("PUT", url, headers=headers, when=now, payload="STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+    seed = req.headers["Authorization"].rsplit("Signature=", 1)[1]
+    ts = req.context["timestamp"]
+    scope = f"{ts[:8]}/us-east-1/s3/aws4_request"
+    k = b"AWS4" + CLIENT[1].encode()
+    for part in (ts[:8], "us-east-1", "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    prev, out = seed, b""
+    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] + [b""]
+    assert len(pieces) == n_chunks + 1
+    for idx, p in enumerate(pieces):
+        sts = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", ts, scope, prev, hashlib.sha256(b"").hexdigest(),
+                         hashlib.sha256(p).hexdigest()])
+        prev = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
+        sent = p if idx != tamper_chunk else b"X" + p[1:]
+        out += f"{len(p):x};chunk-signature={prev}\r\n".encode() + sent + b"\r\n"
+    assert len(out) == framed_len
+    return send(req, body=out)
+
+
+def test_signed_chunks_accepted(floe, direct, url):
+    data = os.urandom(300_000)
+    r = chunk_signed_put(url("chunked/ok"), data, 65536)
+    assert r.status == 200, r.data
+    assert direct.get_object(Bucket=BUCKET, Key="chunked/ok")["Body"].read() == data
+
+
+def test_signed_chunk_tampered_small_never_reaches_origin(url, nothing_reaches_origin):
+    r = chunk_signed_put(url("chunked/small-bad"), os.urandom(20_000), 8192, tamper_chunk=1)
+    assert err(r) == (403, "SignatureDoesNotMatch")
+
+
+def test_signed_chunk_tampered_large_stores_nothing(direct, url):
+    r = chunk_signed_put(url("chunked/big-bad"), os.urandom(400_000), 65536, tamper_chunk=4)
+    assert err(r) == (403, "SignatureDoesNotMatch")
+    with pytest.raises(direct.exceptions.ClientError):
+        direct.head_object(Bucket=BUCKET, Key="chunked/big-bad")
+
+
+def trailer_put(url, data, crc_b64, chunk=65536):
+    framed = b"".join(f"{len(data[i:i + chunk]):x}\r\n".encode() + data[i:i + chunk] + b"\r\n"
+                      for i in range(0, len(data), chunk))
+    framed += b"0\r\nx-amz-checksum-crc32:" + crc_b64.encode() + b"\r\n\r\n"
+    headers = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+               "x-amz-trailer": "x-amz-checksum-crc32", "Content-Length": str(len(framed))}
+    req = sign("PUT", url, headers=headers, payload="STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    return send(req, body=framed)
+
+
+def crc32_b64(data):
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+def test_trailer_checksum_verified_and_preserved(direct, url):
+    data = os.urandom(200_000)
+    r = trailer_put(url("trailer/ok"), data, crc32_b64(data))
+    assert r.status == 200, r.data
+    got = direct.get_object(Bucket=BUCKET, Key="trailer/ok", ChecksumMode="ENABLED")
+    assert got["Body"].read() == data
+    assert got.get("ChecksumCRC32") == crc32_b64(data), "the trailer checksum reached the origin"
+
+
+def test_trailer_checksum_mismatch_small(url, nothing_reaches_origin):
+    assert err(trailer_put(url("trailer/bad"), b"hello world", "AAAAAA==")) == (400, "BadDigest")
+
+
+def test_trailer_checksum_mismatch_large_stores_nothing(direct, url):
+    assert err(trailer_put(url("trailer/bad-big"), os.urandom(300_000), "AAAAAA==")) == (400, "BadDigest")
+    with pytest.raises(direct.exceptions.ClientError):
+        direct.head_object(Bucket=BUCKET, Key="trailer/bad-big")
+
+
+@pytest.mark.parametrize("algo", ["CRC32", "CRC32C", "SHA256", "CRC64NVME"])
+def test_boto3_default_checksums(s3, direct, algo):
+    data = os.urandom(150_000)
+    s3.put_object(Bucket=BUCKET, Key=f"algo/{algo}", Body=data, ChecksumAlgorithm=algo)
+    assert direct.get_object(Bucket=BUCKET, Key=f"algo/{algo}")["Body"].read() == data
