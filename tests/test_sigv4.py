@@ -202,3 +202,9 @@ def test_boto3_default_checksums(s3, direct, algo):
     data = os.urandom(150_000)
     s3.put_object(Bucket=BUCKET, Key=f"algo/{algo}", Body=data, ChecksumAlgorithm=algo)
     assert direct.get_object(Bucket=BUCKET, Key=f"algo/{algo}")["Body"].read() == data
+
+
+def test_sigv2_presign_is_refused_clearly(url, nothing_reaches_origin):
+    r = HTTP.request("GET", url("k") + "?AWSAccessKeyId=a&Signature=x&Expires=9999999999")
+    assert err(r) == (400, "InvalidRequest")
+    assert b"AWS4-HMAC-SHA256" in r.data
