@@ -49,7 +49,7 @@ def s3_client(port, key=CLIENT[0], secret=CLIENT[1], **cfg):
         aws_access_key_id=key,
         aws_secret_access_key=secret,
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **cfg),
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, **cfg),
     )
 
 
@@ -109,7 +109,7 @@ server:
   listeners:
     - address: 127.0.0.1:{port}
   metrics_address: 127.0.0.1:{mport}
-  grace_period_seconds: 5
+  grace_period_seconds: 1
 origins:
   minio:
     endpoint: http://127.0.0.1:{relay}

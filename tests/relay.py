@@ -33,6 +33,10 @@ class Relay:
     def down(self):
         """Refuse new connections and reset the open ones."""
         if self.listener:
+            try:
+                self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+            except OSError:
+                pass
             self.listener.close()
             self.listener = None
         with self.lock:
@@ -104,8 +108,14 @@ class Relay:
 
 
 def _reset(sock):
+    """Aborts a connection. shutdown() first: close() alone does not wake a thread blocked in
+    recv() on the same socket, and the peer would never notice."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
         sock.close()
     except OSError:
         pass

@@ -12,6 +12,9 @@ mod routes;
 mod runtime;
 mod service;
 
+#[cfg(test)]
+mod runtime_tests;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,7 +40,14 @@ fn main() -> anyhow::Result<()> {
         [] => (false, PathBuf::from("conf/quickstart.yaml")),
         _ => return Err(usage()),
     };
-    let settings = runtime::load(&path)?;
+    let settings = match runtime::load(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            // A config error is the operator's to fix: say what and where, no backtrace.
+            eprintln!("floe-proxy: config error: {e}");
+            std::process::exit(2);
+        }
+    };
     if check_only {
         println_ok(&path);
         return Ok(());

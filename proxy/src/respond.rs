@@ -6,16 +6,26 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 /// Writes an S3 XML error (no body for HEAD, as S3 does). Returns the status written.
-pub async fn error(session: &mut Session, id: RequestId, err: &S3Error) -> pingora::Result<u16> {
+/// `close` ends the connection after the response (and says so, so clients do not reuse it).
+pub async fn error(
+    session: &mut Session,
+    id: RequestId,
+    err: &S3Error,
+    close: bool,
+) -> pingora::Result<u16> {
     let status = err.status();
     let resource = session.req_header().uri.path().to_owned();
     let body = err.to_xml(&resource, &id.to_string());
     let head = session.req_header().method == http::Method::HEAD;
-    if !session.is_body_done() {
-        // The body was never read: the connection cannot carry another request.
+    // An unread body means the connection cannot carry another request.
+    let close = close || !session.is_body_done();
+    if close {
         session.set_keepalive(None);
     }
-    let mut resp = ResponseHeader::build(status, Some(4))?;
+    let mut resp = ResponseHeader::build(status, Some(5))?;
+    if close {
+        resp.insert_header("connection", "close")?;
+    }
     resp.insert_header("content-type", "application/xml")?;
     resp.insert_header("content-length", body.len().to_string())?;
     resp.insert_header("x-amz-request-id", id.to_string())?;

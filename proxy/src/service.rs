@@ -174,7 +174,7 @@ impl ProxyHttp for FloeProxy {
         match self.admit(session, ctx).await {
             Ok(done) => Ok(done),
             Err(e) => {
-                ctx.status = respond::error(session, ctx.f.request_id, &e).await?;
+                ctx.status = respond::error(session, ctx.f.request_id, &e, false).await?;
                 ctx.failure = Some(e);
                 Ok(true)
             }
@@ -338,7 +338,7 @@ impl ProxyHttp for FloeProxy {
         let code = if downstream_dead || session.response_written().is_some() {
             0
         } else {
-            respond::error(session, ctx.f.request_id, &err)
+            respond::error(session, ctx.f.request_id, &err, true)
                 .await
                 .unwrap_or(0)
         };

@@ -67,7 +67,11 @@ impl Verifier {
             auth::parse_header(authz, date.as_deref())?
         } else if let Some(p) = auth::parse_query(req.raw_query)? {
             p
-        } else if req.raw_query.split('&').any(|p| p.starts_with("AWSAccessKeyId=")) {
+        } else if req
+            .raw_query
+            .split('&')
+            .any(|p| p.starts_with("AWSAccessKeyId="))
+        {
             return Err(denied(
                 S3ErrorCode::InvalidRequest,
                 "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",

@@ -1,0 +1,102 @@
+//! Config validation: the shipped configs load, broken ones name file, key and reason.
+
+use super::runtime::{parse, ConfigError};
+
+const BASE: &str = "server:\n  listeners:\n    - address: 127.0.0.1:9000\n";
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "SET" => Some("value".into()),
+        "FLOE_ORIGIN_ACCESS_KEY_ID"
+        | "FLOE_ORIGIN_SECRET_ACCESS_KEY"
+        | "FLOE_CLIENT_TRINO_SECRET" => Some("x".into()),
+        _ => None,
+    }
+}
+
+fn fails(yaml: &str) -> ConfigError {
+    match parse("test.yaml", yaml, &env) {
+        Ok(_) => panic!("config should have failed:\n{yaml}"),
+        Err(e) => e,
+    }
+}
+
+fn with(rest: &str) -> String {
+    format!("{BASE}{rest}")
+}
+
+#[test]
+fn shipped_configs_load() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/");
+    let q = std::fs::read_to_string(format!("{root}quickstart.yaml")).unwrap();
+    let s = parse("quickstart.yaml", &q, &env).unwrap();
+    assert_eq!(s.routes[0].bucket.as_str(), "warehouse");
+    assert_eq!(s.server.threads, 2);
+    let ex = std::fs::read_to_string(format!("{root}example.yaml")).unwrap();
+    // example.yaml names a secret file that does not exist here: the error must say so.
+    let e = parse("example.yaml", &ex, &env).unwrap_err();
+    assert_eq!(e.key, "routes[0].clients[1].secret_key_file");
+    assert!(e.reason.contains("/etc/floe/duckdb.secret"));
+}
+
+#[test]
+fn wrongkey_fixture_names_file_key_and_reason() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../conf/testdata/wrongkey.yaml"
+    );
+    let e = super::runtime::load(std::path::Path::new(path)).unwrap_err();
+    assert!(e.file.ends_with("wrongkey.yaml"));
+    assert!(e.to_string().contains("endpont"), "{e}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let origin = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\n";
+    let e = fails(&with("origins:\n  o:\n    endpoint: not a url\nroutes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n"));
+    assert_eq!(e.key, "origins.o.endpoint");
+    let e = fails(&with(&format!("{origin}routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n  - bucket: abc\n    origin: o\n    anonymous: true\n")));
+    assert_eq!(
+        (e.key.as_str(), e.reason.contains("twice")),
+        ("routes[1].bucket", true)
+    );
+    let e = fails(&with(&format!("{origin}routes:\n  - bucket: abc\n    origin: o\n    clients:\n      - access_key: a\n        secret_key_env: UNSET\n")));
+    assert_eq!(e.key, "routes[0].clients[0].secret_key_env");
+    assert!(e.reason.contains("UNSET"));
+    let e = fails(&with(&format!(
+        "{origin}routes:\n  - bucket: abc\n    origin: o\n    clients:\n      - access_key: a\n"
+    )));
+    assert!(e.reason.contains("missing secret"));
+    let e = fails(&with(&format!(
+        "{origin}routes:\n  - bucket: abc\n    origin: nope\n    anonymous: true\n"
+    )));
+    assert_eq!(e.key, "routes[0].origin");
+    let e = fails(&with(&format!(
+        "{origin}routes:\n  - bucket: Bad_Name\n    origin: o\n    anonymous: true\n"
+    )));
+    assert_eq!(e.key, "routes[0].bucket");
+    let e = fails(&with(&format!("{origin}routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [blocks]\n")));
+    assert_eq!(e.key, "routes[0].filters[0]");
+    let e = fails(&with(&format!(
+        "{origin}routes:\n  - bucket: abc\n    origin: o\n"
+    )));
+    assert_eq!(e.key, "routes[0].clients");
+    let e = fails("server:\n  listeners: []\nroutes: []\n");
+    assert_eq!(e.key, "server.listeners");
+}
+
+#[test]
+fn secrets_from_env_and_credentials() {
+    let y = with("origins:\n  o:\n    endpoint: https://s3.example.com\n    credentials:\n      from: env\n      access_key_env: SET\n      secret_key_env: SET\nroutes:\n  - bucket: abc\n    origin: o\n    clients:\n      - access_key: a\n        secret_key_env: SET\n");
+    let s = parse("t.yaml", &y, &env).unwrap();
+    assert_eq!(
+        s.routes[0].clients,
+        vec![("a".to_owned(), "value".to_owned())]
+    );
+    assert_eq!(
+        s.origins["o"].credentials,
+        Some(("value".to_owned(), "value".to_owned()))
+    );
+    let bad = y.replace("from: env", "from: vault");
+    assert_eq!(fails(&bad).key, "(yaml)");
+}
