@@ -7,6 +7,7 @@ mod config;
 mod embedded;
 mod metrics;
 mod origin;
+mod otel;
 mod respond;
 mod routes;
 mod runtime;
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::listening::Service;
@@ -97,6 +98,10 @@ fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Orig
 }
 
 fn run(settings: Settings) -> anyhow::Result<()> {
+    if let Some(endpoint) = &settings.server.otlp_endpoint {
+        otel::init(endpoint)?;
+        tracing::info!(endpoint = %endpoint, "exporting traces and metrics over OTLP");
+    }
     let origins = build_origins(&settings)?;
     let s = &settings.server;
     let table = RouteTable::new(&settings.routes, &origins, &s.region, &s.hostnames);
@@ -127,9 +132,6 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let mut m = Service::new("floe-metrics".to_owned(), metrics::MetricsApp);
         m.add_tcp(addr);
         server.add_service(m);
-    }
-    if s.otlp_endpoint.is_some() {
-        bail!("server.otlp_endpoint: OTLP export is not built yet; remove the key");
     }
     server.run_forever()
 }

@@ -211,6 +211,12 @@ fn server(cx: &Ctx<'_>, raw: &FileConfig) -> Result<ServerSettings, ConfigError>
             ));
         }
     }
+    if let Some(ep) = &s.otlp_endpoint {
+        let ok = url::Url::parse(ep).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+        if !ok {
+            return Err(cx.err("server.otlp_endpoint", format!("{ep:?} must be an http:// or https:// URL (OTLP/HTTP, e.g. http://collector:4318)")));
+        }
+    }
     Ok(ServerSettings {
         listeners,
         region: s.region.clone(),

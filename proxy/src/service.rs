@@ -14,7 +14,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::routes::{Route, RouteTable};
-use crate::{metrics, respond};
+use crate::{metrics, otel, respond};
 
 /// How long a request may wait for a slot under an origin's concurrency bound.
 const QUEUE_WAIT: Duration = Duration::from_secs(10);
@@ -365,6 +365,14 @@ impl ProxyHttp for FloeProxy {
             origin,
             ctx.origin_bytes,
         );
+        otel::record(otel::RequestRecord {
+            request_id: ctx.f.request_id,
+            route,
+            op: ctx.f.op.as_str(),
+            status,
+            elapsed: ctx.start.elapsed(),
+            origin_bytes: ctx.origin_bytes,
+        });
         if let Some(r) = &ctx.route {
             for f in &r.filters {
                 f.logging(&ctx.f, status);

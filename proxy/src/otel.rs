@@ -1,0 +1,122 @@
+//! OpenTelemetry export over OTLP/HTTP, on when `server.otlp_endpoint` names a collector: one
+//! span per S3 request (built at the end of the request from its recorded start, so nothing is
+//! held across awaits) and the request counters and latency histogram as OTel metrics.
+//! Exporters run on the SDK's own threads; the request path only enqueues.
+
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
+use opentelemetry::trace::{Span, SpanKind, Tracer, TracerProvider};
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+
+struct Otel {
+    tracer: SdkTracer,
+    requests: Counter<u64>,
+    duration: Histogram<f64>,
+    origin_bytes: Counter<u64>,
+    _traces: SdkTracerProvider,
+    _metrics: SdkMeterProvider,
+}
+
+static OTEL: OnceLock<Otel> = OnceLock::new();
+
+/// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`). Call before any
+/// async runtime starts: the HTTP exporter builds a blocking client.
+pub fn init(endpoint: &str) -> anyhow::Result<()> {
+    let base = endpoint.trim_end_matches('/');
+    let resource = Resource::builder().with_service_name("floe-proxy").build();
+    let spans = SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{base}/v1/traces"))
+        .build()
+        .context("building the OTLP span exporter")?;
+    let traces = SdkTracerProvider::builder()
+        .with_batch_exporter(spans)
+        .with_resource(resource.clone())
+        .build();
+    let metrics_exporter = MetricExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{base}/v1/metrics"))
+        .build()
+        .context("building the OTLP metric exporter")?;
+    let interval = std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let reader = PeriodicReader::builder(metrics_exporter)
+        .with_interval(Duration::from_millis(interval))
+        .build();
+    let metrics = SdkMeterProvider::builder()
+        .with_reader(reader)
+        .with_resource(resource)
+        .build();
+    let meter = metrics.meter("floe-proxy");
+    let otel = Otel {
+        tracer: traces.tracer("floe-proxy"),
+        requests: meter
+            .u64_counter("floe.requests")
+            .with_description("S3 requests answered")
+            .build(),
+        duration: meter
+            .f64_histogram("floe.request.duration")
+            .with_unit("s")
+            .build(),
+        origin_bytes: meter
+            .u64_counter("floe.origin.response_bytes")
+            .with_unit("By")
+            .build(),
+        _traces: traces,
+        _metrics: metrics,
+    };
+    let _ = OTEL.set(otel);
+    Ok(())
+}
+
+/// What one finished request reports.
+pub struct RequestRecord<'a> {
+    /// x-amz-request-id.
+    pub request_id: floe_core::RequestId,
+    /// Route (bucket) label.
+    pub route: &'a str,
+    /// S3 operation.
+    pub op: &'static str,
+    /// HTTP status.
+    pub status: u16,
+    /// Duration.
+    pub elapsed: Duration,
+    /// Origin bytes read.
+    pub origin_bytes: u64,
+}
+
+/// Exports one request as a span and metric points; a no-op when OTLP is off.
+pub fn record(r: RequestRecord<'_>) {
+    let Some(o) = OTEL.get() else { return };
+    let attrs = [
+        KeyValue::new("floe.route", r.route.to_owned()),
+        KeyValue::new("s3.operation", r.op),
+        KeyValue::new("http.response.status_code", i64::from(r.status)),
+    ];
+    o.requests.add(1, &attrs);
+    o.duration.record(r.elapsed.as_secs_f64(), &attrs);
+    o.origin_bytes.add(r.origin_bytes, &attrs[..1]);
+    let start = SystemTime::now()
+        .checked_sub(r.elapsed)
+        .unwrap_or_else(SystemTime::now);
+    let mut span = o
+        .tracer
+        .span_builder(r.op)
+        .with_kind(SpanKind::Server)
+        .with_start_time(start)
+        .with_attributes(attrs.into_iter().chain([
+            KeyValue::new("floe.request_id", r.request_id.to_string()),
+            KeyValue::new("floe.origin_bytes", r.origin_bytes as i64),
+        ]))
+        .start(&o.tracer);
+    span.end();
+}
