@@ -165,3 +165,26 @@ def floe(relay, tmp_path_factory):
 def s3(floe):
     """boto3 through Floe, with current default checksum behaviour (aws-chunked trailers)."""
     return s3_client(floe.port)
+
+
+CUSTOM_YAML = """
+server:
+{server}
+origins:
+  minio:
+    endpoint: http://127.0.0.1:{relay}
+    credentials: {{from: env, access_key_env: K, secret_key_env: S}}
+routes:
+  - bucket: {bucket}
+    origin: minio
+    clients: [{{access_key: {c1}, secret_key: {s1}}}]
+"""
+
+
+def start_custom_floe(tmp, relay_port, port, server_yaml, **env):
+    """A floe-proxy with one route to the test bucket and the given `server:` section body."""
+    conf = tmp / "floe.yaml"
+    conf.write_text(CUSTOM_YAML.format(server=server_yaml, relay=relay_port, bucket=BUCKET,
+                                       c1=CLIENT[0], s1=CLIENT[1]))
+    full_env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, **env)
+    return Proc([str(FLOE_BIN), "--config", str(conf)], full_env, tmp / "floe.log", port, "floe-proxy")

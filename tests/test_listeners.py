@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 import urllib3
 
-from conftest import BUCKET, FLOE_BIN, Proc, free_port, s3_client
+from conftest import BUCKET, free_port, start_custom_floe
 from test_sigv4 import sign
 
 HTTP = urllib3.PoolManager(retries=False)
@@ -22,29 +22,12 @@ def tls_floe(relay, tmp_path_factory):
                     "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
                     "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
     port, tport = free_port(), free_port()
-    conf = d / "floe.yaml"
-    conf.write_text(f"""
-server:
-  listeners:
+    p = start_custom_floe(d, relay.port, port, f"""  listeners:
     - address: 127.0.0.1:{port}
     - address: 127.0.0.1:{tport}
       tls: {{cert: {d / 'cert.pem'}, key: {d / 'key.pem'}}}
   hostnames: [s3.floe.test]
-  grace_period_seconds: 10
-origins:
-  minio:
-    endpoint: http://127.0.0.1:{relay.port}
-    credentials: {{from: env, access_key_env: K, secret_key_env: S}}
-routes:
-  - bucket: {BUCKET}
-    origin: minio
-    clients:
-      - access_key: floe-client
-        secret_key: floe-client-secret
-""")
-    from conftest import ORIGIN_KEY, ORIGIN_SECRET
-    env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET)
-    p = Proc([str(FLOE_BIN), "--config", str(conf)], env, d / "floe.log", port, "floe-proxy")
+  grace_period_seconds: 10""")
     p.tls_port, p.cert = tport, str(d / "cert.pem")
     yield p
     p.stop()

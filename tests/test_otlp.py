@@ -1,13 +1,12 @@
 """OTLP export: with server.otlp_endpoint set, each request becomes a span and the request
 metrics are pushed, over OTLP/HTTP, to a collector (here a minimal OTLP/HTTP receiver)."""
 import http.server
-import os
 import threading
 import time
 
 import pytest
 
-from conftest import BUCKET, FLOE_BIN, ORIGIN_KEY, ORIGIN_SECRET, Proc, free_port, s3_client
+from conftest import BUCKET, free_port, s3_client, start_custom_floe
 
 
 class Collector(http.server.BaseHTTPRequestHandler):
@@ -30,24 +29,10 @@ def otlp_floe(relay, tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     port = free_port()
-    conf = tmp_path / "floe.yaml"
-    conf.write_text(f"""
-server:
-  listeners: [{{address: "127.0.0.1:{port}"}}]
+    p = start_custom_floe(tmp_path, relay.port, port, f"""  listeners: [{{address: "127.0.0.1:{port}"}}]
   grace_period_seconds: 1
-  otlp_endpoint: http://127.0.0.1:{srv.server_address[1]}
-origins:
-  minio:
-    endpoint: http://127.0.0.1:{relay.port}
-    credentials: {{from: env, access_key_env: K, secret_key_env: S}}
-routes:
-  - bucket: {BUCKET}
-    origin: minio
-    clients: [{{access_key: floe-client, secret_key: floe-client-secret}}]
-""")
-    env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, OTEL_METRIC_EXPORT_INTERVAL="300",
-               OTEL_BSP_SCHEDULE_DELAY="100")
-    p = Proc([str(FLOE_BIN), "--config", str(conf)], env, tmp_path / "floe.log", port, "floe-proxy")
+  otlp_endpoint: http://127.0.0.1:{srv.server_address[1]}""",
+                          OTEL_METRIC_EXPORT_INTERVAL="300", OTEL_BSP_SCHEDULE_DELAY="100")
     yield p
     p.stop()
     srv.shutdown()
