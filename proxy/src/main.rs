@@ -7,6 +7,7 @@ mod config;
 mod embedded;
 mod metrics;
 mod origin;
+mod origin_reader;
 mod otel;
 mod respond;
 mod routes;
@@ -97,14 +98,45 @@ fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Orig
     Ok(origins)
 }
 
+/// The runtime foyer's stores run their disk I/O and flushers on; it lives as long as the
+/// process (Pingora's runtimes are per service and start later).
+static CACHE_RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+
+fn open_cache(
+    settings: floe_blocks::CacheSettings,
+) -> anyhow::Result<Arc<floe_blocks::BlockCache>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("floe-cache")
+        .enable_all()
+        .build()
+        .context("starting the cache runtime")?;
+    let rt = CACHE_RUNTIME.get_or_init(|| rt);
+    let cache = rt
+        .block_on(floe_blocks::BlockCache::open(settings))
+        .map_err(|e| anyhow::anyhow!(e))?;
+    tracing::info!("block cache opened");
+    Ok(cache)
+}
+
 fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(endpoint) = &settings.server.otlp_endpoint {
         otel::init(endpoint)?;
         tracing::info!(endpoint = %endpoint, "exporting traces and metrics over OTLP");
     }
     let origins = build_origins(&settings)?;
+    let cache = match &settings.cache {
+        Some(c) => Some(open_cache(c.clone())?),
+        None => None,
+    };
     let s = &settings.server;
-    let table = RouteTable::new(&settings.routes, &origins, &s.region, &s.hostnames);
+    let table = RouteTable::new(
+        &settings.routes,
+        &origins,
+        cache.as_ref(),
+        &s.region,
+        &s.hostnames,
+    );
     let conf = ServerConf {
         threads: s.threads,
         grace_period_seconds: Some(s.grace_period_seconds),

@@ -4,10 +4,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use floe_blocks::{BlockCache, BlockFilter};
 use floe_core::{BucketName, RequestFilter};
 use floe_sigv4::{SigV4Filter, Verifier};
 
 use crate::origin::Origin;
+use crate::origin_reader::PingoraOriginReader;
 use crate::runtime::{FilterKind, RouteSpec};
 
 /// One route, built once from config.
@@ -45,6 +47,7 @@ impl RouteTable {
     pub fn new(
         specs: &[RouteSpec],
         origins: &HashMap<String, Arc<Origin>>,
+        cache: Option<&Arc<BlockCache>>,
         region: &str,
         hostnames: &[String],
     ) -> Self {
@@ -57,11 +60,16 @@ impl RouteTable {
             let filters = spec
                 .filters
                 .iter()
-                .map(|f| match f {
-                    FilterKind::SigV4 => Box::new(SigV4Filter::new(
+                .filter_map(|f| match f {
+                    FilterKind::SigV4 => Some(Box::new(SigV4Filter::new(
                         Verifier::new(region, spec.clients.iter().cloned()),
                         spec.anonymous,
-                    )) as Box<dyn RequestFilter>,
+                    )) as Box<dyn RequestFilter>),
+                    FilterKind::Blocks => cache.map(|c| {
+                        let reader = Arc::new(PingoraOriginReader::new(origin.clone()));
+                        Box::new(BlockFilter::new(c.clone(), reader, spec.bucket.as_str()))
+                            as Box<dyn RequestFilter>
+                    }),
                 })
                 .collect();
             all_keys.extend(spec.clients.iter().cloned());
@@ -132,7 +140,13 @@ mod tests {
     use super::*;
 
     fn table() -> RouteTable {
-        RouteTable::new(&[], &HashMap::new(), "us-east-1", &["s3.local".to_owned()])
+        RouteTable::new(
+            &[],
+            &HashMap::new(),
+            None,
+            "us-east-1",
+            &["s3.local".to_owned()],
+        )
     }
 
     #[test]

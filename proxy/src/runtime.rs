@@ -89,6 +89,8 @@ pub struct OriginSpec {
 pub enum FilterKind {
     /// SigV4 verification.
     SigV4,
+    /// The block cache.
+    Blocks,
 }
 
 /// A route, validated.
@@ -115,6 +117,8 @@ pub struct Settings {
     pub origins: BTreeMap<String, OriginSpec>,
     /// Routes.
     pub routes: Vec<RouteSpec>,
+    /// The block cache, when configured.
+    pub cache: Option<floe_blocks::CacheSettings>,
 }
 
 struct Ctx<'a> {
@@ -175,10 +179,26 @@ pub fn parse(
         origins.insert(name.clone(), origin(&cx, name, o)?);
     }
     let routes = routes(&cx, &raw, &origins)?;
+    let cache = match &raw.cache {
+        Some(c) => Some(cache(&cx, c)?),
+        None => None,
+    };
+    if cache.is_none() {
+        if let Some(i) = routes
+            .iter()
+            .position(|r| r.filters.contains(&FilterKind::Blocks))
+        {
+            return Err(cx.err(
+                format!("routes[{i}].filters"),
+                "the blocks filter needs a top-level cache: section",
+            ));
+        }
+    }
     Ok(Settings {
         server,
         origins,
         routes,
+        cache,
     })
 }
 
@@ -359,10 +379,11 @@ fn routes(
         for (j, f) in r.filters.iter().enumerate() {
             filters.push(match f.as_str() {
                 "sigv4" => FilterKind::SigV4,
+                "blocks" => FilterKind::Blocks,
                 other => {
                     return Err(cx.err(
                         format!("{key}.filters[{j}]"),
-                        format!("unknown filter {other:?}; known: sigv4"),
+                        format!("unknown filter {other:?}; known: sigv4, blocks"),
                     ))
                 }
             });
@@ -388,4 +409,76 @@ fn routes(
         });
     }
     Ok(out)
+}
+
+fn cache(
+    cx: &Ctx<'_>,
+    c: &crate::config::CacheSection,
+) -> Result<floe_blocks::CacheSettings, ConfigError> {
+    use floe_blocks::classify::{iceberg_defaults, Classifier, Rule, Store};
+    if !((1 << 20)..=(8 << 20)).contains(&c.block_bytes) {
+        return Err(cx.err(
+            "cache.block_bytes",
+            format!("{} is outside 1 MiB..8 MiB", c.block_bytes),
+        ));
+    }
+    let store = |name: &str,
+                 s: &crate::config::StoreSection|
+     -> Result<floe_blocks::StoreSettings, ConfigError> {
+        if s.dram_bytes < c.block_bytes as usize {
+            return Err(cx.err(
+                format!("cache.{name}.dram_bytes"),
+                "must hold at least one block",
+            ));
+        }
+        if s.disk_bytes < 4 * floe_blocks::REGION_BYTES {
+            return Err(cx.err(
+                format!("cache.{name}.disk_bytes"),
+                format!(
+                    "must be at least {} (four disk regions)",
+                    4 * floe_blocks::REGION_BYTES
+                ),
+            ));
+        }
+        Ok(floe_blocks::StoreSettings {
+            dram_bytes: s.dram_bytes,
+            disk_bytes: s.disk_bytes,
+            disk_dir: Path::new(&c.dir).join(name),
+        })
+    };
+    let rules = match &c.rules {
+        None => iceberg_defaults(),
+        Some(list) => {
+            let mut out = Vec::new();
+            for (i, r) in list.iter().enumerate() {
+                let st = match r.store.as_str() {
+                    "metadata" => Store::Metadata,
+                    "data" => Store::Data,
+                    other => {
+                        return Err(cx.err(
+                            format!("cache.rules[{i}].store"),
+                            format!("{other:?} is not metadata or data"),
+                        ))
+                    }
+                };
+                out.push(Rule {
+                    pattern: r.pattern.clone(),
+                    store: st,
+                    immutable: r.immutable,
+                });
+            }
+            out
+        }
+    };
+    Classifier::new(rules.clone()).map_err(|e| cx.err("cache.rules", e))?;
+    Ok(floe_blocks::CacheSettings {
+        block_bytes: c.block_bytes,
+        footer_bytes: c.footer_bytes,
+        data: store("data", &c.data)?,
+        meta: store("metadata", &c.metadata)?,
+        admission_threshold: c.admission_threshold,
+        mutable_ttl: std::time::Duration::from_millis(c.mutable_ttl_ms),
+        rules,
+        max_run_blocks: 16,
+    })
 }

@@ -75,8 +75,8 @@ fn bad_values_are_named() {
         "{origin}routes:\n  - bucket: Bad_Name\n    origin: o\n    anonymous: true\n"
     )));
     assert_eq!(e.key, "routes[0].bucket");
-    let e = fails(&with(&format!("{origin}routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [blocks]\n")));
-    assert_eq!(e.key, "routes[0].filters[0]");
+    let e = fails(&with(&format!("{origin}routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [sigv4, nope]\n")));
+    assert_eq!(e.key, "routes[0].filters[1]");
     let e = fails(&with(&format!(
         "{origin}routes:\n  - bucket: abc\n    origin: o\n"
     )));
@@ -99,4 +99,30 @@ fn secrets_from_env_and_credentials() {
     );
     let bad = y.replace("from: env", "from: vault");
     assert_eq!(fails(&bad).key, "(yaml)");
+}
+
+#[test]
+fn blocks_need_a_cache_section_with_sane_sizes() {
+    let origin = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\n";
+    let route = "routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [sigv4, blocks]\n";
+    let e = fails(&with(&format!("{origin}{route}")));
+    assert_eq!(e.key, "routes[0].filters");
+    let cache = |bb: u64, disk: u64| {
+        format!("cache:\n  dir: /tmp/x\n  block_bytes: {bb}\n  data: {{dram_bytes: 8388608, disk_bytes: {disk}}}\n  metadata: {{dram_bytes: 8388608, disk_bytes: 67108864}}\n")
+    };
+    assert_eq!(
+        fails(&with(&format!("{origin}{route}{}", cache(512, 67108864)))).key,
+        "cache.block_bytes"
+    );
+    assert_eq!(
+        fails(&with(&format!("{origin}{route}{}", cache(2097152, 1000)))).key,
+        "cache.data.disk_bytes"
+    );
+    let s = parse(
+        "t.yaml",
+        &with(&format!("{origin}{route}{}", cache(2097152, 67108864))),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(s.cache.unwrap().block_bytes, 2097152);
 }

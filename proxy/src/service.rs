@@ -173,6 +173,12 @@ impl ProxyHttp for FloeProxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         match self.admit(session, ctx).await {
             Ok(done) => Ok(done),
+            Err(e) if session.response_written().is_some() => {
+                // A stage failed after its answer began (e.g. the object changed mid-response):
+                // drop the connection so the client sees a failed transfer and retries.
+                ctx.failure = Some(e.clone());
+                Err(Error::explain(ErrorType::Custom("aborted"), e.to_string()))
+            }
             Err(e) => {
                 ctx.status = respond::error(session, ctx.f.request_id, &e, false).await?;
                 ctx.failure = Some(e);
@@ -258,6 +264,7 @@ impl ProxyHttp for FloeProxy {
             route.origin.breaker.success();
         }
         resp.insert_header("x-floe-request-id", ctx.f.request_id.to_string())?;
+        resp.insert_header("x-floe-cache", "pass")?;
         ctx.status = resp.status.as_u16();
         Ok(())
     }
@@ -357,6 +364,7 @@ impl ProxyHttp for FloeProxy {
         let route = ctx.route.as_ref().map_or("-", |r| r.bucket.as_str());
         let origin = ctx.route.as_ref().map_or("-", |r| r.origin.name.as_str());
         let secs = ctx.start.elapsed().as_secs_f64();
+        ctx.origin_bytes += std::mem::take(&mut ctx.f.origin_bytes);
         metrics::record(
             route,
             ctx.f.op.as_str(),
@@ -388,6 +396,7 @@ impl ProxyHttp for FloeProxy {
             origin_bytes = ctx.origin_bytes,
             ms = secs * 1000.0,
             access_key = ctx.f.access_key.as_deref().unwrap_or("-"),
+            cache = ctx.f.cache.unwrap_or("-"),
             error = e.map(|e| e.to_string()).or_else(|| ctx.failure.as_ref().map(|f| f.to_string())),
             "request"
         );

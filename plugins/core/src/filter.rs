@@ -58,6 +58,10 @@ pub struct FilterCtx {
     /// The whole body was read and verified before the origin was contacted (so an
     /// `Expect: 100-continue` was already answered).
     pub body_preread: bool,
+    /// Cache outcome (`hit`, `miss`, `partial`, `pass`) when a cache stage looked at it.
+    pub cache: Option<&'static str>,
+    /// Origin bytes spent by filter stages that answered themselves.
+    pub origin_bytes: u64,
 }
 
 impl FilterCtx {
@@ -72,6 +76,8 @@ impl FilterCtx {
             payload: UpstreamPayload::Unsigned,
             body_stage: None,
             body_preread: false,
+            cache: None,
+            origin_bytes: 0,
         }
     }
 }

@@ -13,9 +13,11 @@
 mod error;
 mod filter;
 mod op;
+mod origin;
 mod types;
 
 pub use error::{S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::S3Op;
+pub use origin::{ByteStream, ObjectHead, OriginError, OriginReader};
 pub use types::{BucketName, ETag, NameError, ObjectKey, RequestId};

@@ -1,0 +1,322 @@
+//! The `blocks` request filter: serves GetObject/HeadObject of a route from the block cache and
+//! drops mappings on writes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use floe_core::{FilterCtx, OriginError, OriginReader, RequestFilter, S3Error, S3ErrorCode, S3Op};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::cache::{BlockCache, BlockReader, Target};
+use crate::inflight::FillError;
+use crate::mapping::{Mapping, MappingTable};
+use crate::range::{block_span, blocks_of, resolve, RangeAsk};
+
+/// Query parameters and headers that make a read uncacheable here (passed to the origin).
+const PASS_QUERY: &[&str] = &[
+    "versionId",
+    "partNumber",
+    "response-content-type",
+    "response-content-disposition",
+    "response-cache-control",
+    "response-content-encoding",
+    "response-content-language",
+    "response-expires",
+];
+const PASS_HEADERS: &[&str] = &[
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-checksum-mode",
+];
+
+/// The block-cache stage of one route.
+pub struct BlockFilter {
+    cache: Arc<BlockCache>,
+    origin: Arc<dyn OriginReader>,
+    bucket_key: Arc<str>,
+    map: MappingTable,
+}
+
+impl BlockFilter {
+    /// A stage for `bucket` reading misses from `origin`.
+    pub fn new(cache: Arc<BlockCache>, origin: Arc<dyn OriginReader>, bucket: &str) -> Self {
+        Self {
+            cache,
+            origin,
+            bucket_key: Arc::from(bucket),
+            map: MappingTable::default(),
+        }
+    }
+
+    /// Drops the mapping of `key` (memory and persisted).
+    pub fn invalidate(&self, key: &str) {
+        self.map.drop_key(key);
+        self.cache.forget_mapping(&self.bucket_key, &Arc::from(key));
+    }
+
+    /// Drops every mapping under `prefix`; returns how many were in memory.
+    pub fn invalidate_prefix(&self, prefix: &str) -> usize {
+        self.map.drop_prefix(prefix)
+    }
+
+    /// Resolves the current version of `key`: `Ok(None)` means "let the origin answer".
+    async fn resolve(&self, ctx: &FilterCtx) -> Result<Option<(Arc<Mapping>, bool)>, OriginError> {
+        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
+            return Ok(None);
+        };
+        let class = self.cache.classify(key.as_str());
+        let known = self.map.get(key.as_str());
+        if let Some(m) = &known {
+            if m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl {
+                return Ok(Some((m.clone(), true)));
+            }
+        }
+        let object_key: Arc<str> = Arc::from(key.as_str());
+        if known.is_none() && class.immutable {
+            if let Some(m) = self
+                .cache
+                .load_mapping(&self.bucket_key, &object_key, class)
+                .await
+            {
+                let m = Arc::new(m);
+                self.map.put(key.as_str(), m.clone());
+                return Ok(Some((m, true)));
+            }
+        }
+        let fresh = match self
+            .origin
+            .head(bucket, key, known.as_ref().map(|m| &m.etag))
+            .await
+        {
+            Ok(Some(head)) => Mapping::new(head, class),
+            Ok(None) => match &known {
+                Some(m) => Mapping {
+                    checked: Instant::now(),
+                    ..clone_mapping(m)
+                },
+                None => return Ok(None),
+            },
+            Err(OriginError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let m = Arc::new(fresh);
+        if class.immutable {
+            self.cache.save_mapping(&self.bucket_key, &object_key, &m);
+        }
+        self.map.put(key.as_str(), m.clone());
+        Ok(Some((m, false)))
+    }
+
+    async fn serve(&self, session: &mut Session, ctx: &mut FilterCtx) -> Result<bool, S3Error> {
+        let req = session.req_header();
+        let query = req.uri.query().unwrap_or("");
+        if query
+            .split('&')
+            .any(|p| PASS_QUERY.contains(&p.split('=').next().unwrap_or("")))
+            || PASS_HEADERS.iter().any(|h| req.headers.contains_key(*h))
+        {
+            ctx.cache = Some("pass");
+            return Ok(false);
+        }
+        let range = req
+            .headers
+            .get("range")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let (map, map_hit) = match self.resolve(ctx).await {
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => {
+                ctx.cache = Some("pass");
+                return Ok(false);
+            }
+        };
+        let size = map.size;
+        let (first, last, status) = match resolve(range.as_deref(), size) {
+            RangeAsk::Multi => {
+                ctx.cache = Some("pass");
+                return Ok(false);
+            }
+            RangeAsk::Unsatisfiable => {
+                return Err(S3Error::new(
+                    S3ErrorCode::InvalidRange,
+                    "The requested range is not satisfiable",
+                ))
+            }
+            RangeAsk::Whole if size == 0 => (0, 0, 200),
+            RangeAsk::Whole => (0, size - 1, 200),
+            RangeAsk::Part { first, last } => (first, last, 206),
+        };
+        let head = ctx.op == S3Op::HeadObject;
+        let (Some(bucket), Some(key)) = (ctx.bucket.clone(), ctx.key.clone()) else {
+            return Ok(false);
+        };
+        let target = Target {
+            bucket,
+            key: key.clone(),
+            bucket_key: self.bucket_key.clone(),
+            object_key: Arc::from(key.as_str()),
+            map: map.clone(),
+        };
+        let bs = self.cache.settings.block_bytes;
+        let (b0, b1) = blocks_of(first, last, bs);
+        let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
+        let body_len = if size == 0 { 0 } else { last - first + 1 };
+        let mut missing = 0u64;
+        let mut cached = 0u64;
+        if !head && size > 0 {
+            for i in b0..=b1 {
+                if reader.cached(i) {
+                    cached += 1
+                } else {
+                    missing += block_span(i, bs, size).1
+                }
+            }
+        }
+        let label = match (head || size == 0, missing, cached) {
+            (true, _, _) => {
+                if map_hit {
+                    "hit"
+                } else {
+                    "miss"
+                }
+            }
+            (false, 0, _) => "hit",
+            (false, _, 0) => "miss",
+            _ => "partial",
+        };
+        ctx.cache = Some(label);
+        let resp = response_header(&map, status, first, last, body_len, label, missing, ctx)?;
+        session
+            .write_response_header(Box::new(resp), head || body_len == 0)
+            .await
+            .map_err(internal)?;
+        if head || body_len == 0 {
+            return Ok(true);
+        }
+        for i in b0..=b1 {
+            let block = match reader.block(i).await {
+                Ok(b) => b,
+                Err(e) => {
+                    if e == FillError::Changed {
+                        self.map.drop_key(key.as_str());
+                    }
+                    return Err(S3Error::new(
+                        S3ErrorCode::InternalError,
+                        format!("block fill failed mid-response: {e:?}"),
+                    ));
+                }
+            };
+            let (start, _) = block_span(i, bs, size);
+            let lo = first.saturating_sub(start) as usize;
+            let hi = ((last + 1 - start) as usize).min(block.len());
+            let piece = block.slice(lo.min(hi)..hi);
+            session
+                .write_response_body(Some(piece), i == b1)
+                .await
+                .map_err(internal)?;
+        }
+        ctx.origin_bytes += missing;
+        Ok(true)
+    }
+}
+
+fn clone_mapping(m: &Mapping) -> Mapping {
+    Mapping {
+        etag: m.etag.clone(),
+        etag_key: m.etag_key.clone(),
+        size: m.size,
+        headers: m.headers.clone(),
+        class: m.class,
+        checked: m.checked,
+    }
+}
+
+fn internal(e: Box<pingora::Error>) -> S3Error {
+    S3Error::new(S3ErrorCode::InternalError, e.to_string())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn response_header(
+    map: &Mapping,
+    status: u16,
+    first: u64,
+    last: u64,
+    len: u64,
+    label: &str,
+    origin_bytes: u64,
+    ctx: &FilterCtx,
+) -> Result<ResponseHeader, S3Error> {
+    let e = |e: Box<pingora::Error>| internal(e);
+    let mut r = ResponseHeader::build(status, Some(12)).map_err(e)?;
+    r.insert_header("content-length", len.to_string())
+        .map_err(e)?;
+    r.insert_header("etag", map.etag.as_str()).map_err(e)?;
+    r.insert_header("accept-ranges", "bytes").map_err(e)?;
+    if status == 206 {
+        r.insert_header(
+            "content-range",
+            format!("bytes {first}-{last}/{}", map.size),
+        )
+        .map_err(e)?;
+    }
+    for (k, v) in &map.headers {
+        r.append_header(k.clone(), v.as_str()).map_err(e)?;
+    }
+    r.insert_header("x-floe-cache", label).map_err(e)?;
+    r.insert_header("x-floe-origin-bytes", origin_bytes.to_string())
+        .map_err(e)?;
+    r.insert_header("x-amz-request-id", ctx.request_id.to_string())
+        .map_err(e)?;
+    r.insert_header("x-floe-request-id", ctx.request_id.to_string())
+        .map_err(e)?;
+    Ok(r)
+}
+
+#[async_trait]
+impl RequestFilter for BlockFilter {
+    fn name(&self) -> &'static str {
+        "blocks"
+    }
+
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+    ) -> Result<bool, S3Error> {
+        match ctx.op {
+            S3Op::GetObject | S3Op::HeadObject => self.serve(session, ctx).await,
+            S3Op::PutObject
+            | S3Op::CopyObject
+            | S3Op::DeleteObject
+            | S3Op::CompleteMultipartUpload => {
+                if let Some(k) = &ctx.key {
+                    self.invalidate(k.as_str());
+                }
+                Ok(false)
+            }
+            S3Op::DeleteObjects => {
+                self.invalidate_prefix("");
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn logging(&self, ctx: &FilterCtx, _status: u16) {
+        // A write may have raced a read that re-resolved the old version: drop again once the
+        // write is answered.
+        if matches!(
+            ctx.op,
+            S3Op::PutObject | S3Op::CopyObject | S3Op::DeleteObject | S3Op::CompleteMultipartUpload
+        ) {
+            if let Some(k) = &ctx.key {
+                self.invalidate(k.as_str());
+            }
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! Floe's block cache: GetObject/HeadObject served from blocks keyed (bucket, key, ETag,
+//! block size, index) in two foyer stores (data; metadata), filled by ranged GETs with
+//! If-Match so a response never mixes versions, with single-flight fills and scan-resistant
+//! admission.
+//!
+//! ```
+//! use floe_blocks::range::{resolve, RangeAsk};
+//! assert_eq!(resolve(Some("bytes=-4"), 10), RangeAsk::Part { first: 6, last: 9 });
+//! ```
+
+mod cache;
+pub mod classify;
+mod filter;
+mod inflight;
+mod mapping;
+pub mod range;
+mod sketch;
+mod store;
+
+pub use cache::{BlockCache, CacheSettings, StoreStats};
+pub use filter::BlockFilter;
+pub use store::{StoreSettings, REGION_BYTES};

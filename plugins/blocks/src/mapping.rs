@@ -1,0 +1,131 @@
+//! key -> (ETag, size, replayed headers) per route, sharded so lookups take one short lock of
+//! one shard. Immutable mappings are also written to the metadata store so they survive a
+//! restart.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use floe_core::{ETag, ObjectHead};
+
+use crate::classify::Class;
+
+const SHARDS: usize = 32;
+
+/// A resolved object version.
+#[derive(Debug)]
+pub struct Mapping {
+    /// The version's ETag.
+    pub etag: ETag,
+    /// Shared form of the ETag for block keys.
+    pub etag_key: Arc<str>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Headers replayed on cached answers.
+    pub headers: Vec<(String, String)>,
+    /// Its class.
+    pub class: Class,
+    /// When it was last confirmed with the origin.
+    pub checked: Instant,
+}
+
+impl Mapping {
+    /// A mapping from a HEAD.
+    pub fn new(head: ObjectHead, class: Class) -> Self {
+        let etag_key: Arc<str> = Arc::from(head.etag.as_str());
+        Self {
+            etag: head.etag,
+            etag_key,
+            size: head.size,
+            headers: head.headers,
+            class,
+            checked: Instant::now(),
+        }
+    }
+
+    /// Serialises for the metadata store (a line-based text form).
+    pub fn encode(&self) -> String {
+        let mut s = format!("{}\n{}\n", self.etag.as_str(), self.size);
+        for (k, v) in &self.headers {
+            s.push_str(k);
+            s.push(':');
+            s.push_str(&v.replace('\n', " "));
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Parses [`Mapping::encode`] output; `None` if damaged.
+    pub fn decode(text: &str, class: Class) -> Option<Self> {
+        let mut lines = text.lines();
+        let etag = ETag::parse(lines.next()?).ok()?;
+        let size = lines.next()?.parse().ok()?;
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        Some(Self::new(
+            ObjectHead {
+                etag,
+                size,
+                headers,
+            },
+            class,
+        ))
+    }
+}
+
+/// The sharded table.
+pub struct MappingTable {
+    shards: Vec<Mutex<HashMap<String, Arc<Mapping>>>>,
+    hasher: RandomState,
+}
+
+impl Default for MappingTable {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl MappingTable {
+    fn shard(&self, key: &str) -> &Mutex<HashMap<String, Arc<Mapping>>> {
+        let i = (self.hasher.hash_one(key) as usize) % SHARDS;
+        &self.shards[i]
+    }
+
+    /// The mapping of `key`, if known.
+    pub fn get(&self, key: &str) -> Option<Arc<Mapping>> {
+        self.shard(key).lock().ok()?.get(key).cloned()
+    }
+
+    /// Records a mapping.
+    pub fn put(&self, key: &str, m: Arc<Mapping>) {
+        if let Ok(mut s) = self.shard(key).lock() {
+            s.insert(key.to_owned(), m);
+        }
+    }
+
+    /// Drops a key's mapping.
+    pub fn drop_key(&self, key: &str) {
+        if let Ok(mut s) = self.shard(key).lock() {
+            s.remove(key);
+        }
+    }
+
+    /// Drops every mapping whose key starts with `prefix`; returns how many.
+    pub fn drop_prefix(&self, prefix: &str) -> usize {
+        let mut n = 0;
+        for s in &self.shards {
+            if let Ok(mut s) = s.lock() {
+                let before = s.len();
+                s.retain(|k, _| !k.starts_with(prefix));
+                n += before - s.len();
+            }
+        }
+        n
+    }
+}

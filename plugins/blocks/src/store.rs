@@ -1,0 +1,140 @@
+//! The two foyer stores (data; metadata) and the block key. Geometry is part of the key, so a
+//! node with another block size misses instead of serving wrong offsets.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use foyer::{
+    BlockEngineConfig, Code, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
+    HybridCachePolicy, PsyncIoEngineConfig, RecoverMode,
+};
+
+/// Identity of one cached block: (bucket, key, ETag, block size, index). `index == u64::MAX`
+/// with an empty ETag marks a key->ETag mapping record instead of bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    /// Bucket.
+    pub bucket: Arc<str>,
+    /// Object key.
+    pub key: Arc<str>,
+    /// ETag of the version the bytes belong to.
+    pub etag: Arc<str>,
+    /// Block geometry.
+    pub block_bytes: u32,
+    /// Block index.
+    pub index: u64,
+}
+
+impl BlockKey {
+    /// A stable 64-bit hash (for the admission sketch).
+    pub fn stable_hash(&self) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for part in [
+            self.bucket.as_bytes(),
+            self.key.as_bytes(),
+            self.etag.as_bytes(),
+        ] {
+            h.update(part);
+            h.update(&[0]);
+        }
+        h.update(&self.index.to_le_bytes());
+        h.update(&self.block_bytes.to_le_bytes());
+        h.digest()
+    }
+}
+
+fn put_str(w: &mut impl std::io::Write, s: &str) -> foyer::Result<()> {
+    (s.len() as u32).encode(w)?;
+    w.write_all(s.as_bytes()).map_err(foyer::Error::io_error)
+}
+
+fn get_str(r: &mut impl std::io::Read) -> foyer::Result<Arc<str>> {
+    let len = u32::decode(r)? as usize;
+    let mut v = vec![0u8; len];
+    r.read_exact(&mut v).map_err(foyer::Error::io_error)?;
+    let s = String::from_utf8(v).map_err(|e| {
+        foyer::Error::io_error(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    })?;
+    Ok(Arc::from(s))
+}
+
+/// Length-prefixed fields; written here so values can stay raw `Bytes` (foyer's serde mode
+/// would route them through bincode).
+impl Code for BlockKey {
+    fn encode(&self, w: &mut impl std::io::Write) -> foyer::Result<()> {
+        put_str(w, &self.bucket)?;
+        put_str(w, &self.key)?;
+        put_str(w, &self.etag)?;
+        self.block_bytes.encode(w)?;
+        self.index.encode(w)
+    }
+
+    fn decode(r: &mut impl std::io::Read) -> foyer::Result<Self> {
+        Ok(Self {
+            bucket: get_str(r)?,
+            key: get_str(r)?,
+            etag: get_str(r)?,
+            block_bytes: u32::decode(r)?,
+            index: u64::decode(r)?,
+        })
+    }
+
+    fn estimated_size(&self) -> usize {
+        12 + self.bucket.len() + self.key.len() + self.etag.len() + 12
+    }
+}
+
+/// Byte ceilings and location of one store.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// DRAM ceiling in bytes.
+    pub dram_bytes: usize,
+    /// Folder of the disk tier.
+    pub disk_dir: PathBuf,
+    /// Disk ceiling in bytes.
+    pub disk_bytes: usize,
+}
+
+/// A hybrid (DRAM + disk) store of blocks.
+pub type BlockStore = HybridCache<BlockKey, Bytes>;
+
+/// foyer's disk region size: every entry must fit in one region.
+pub const REGION_BYTES: usize = 16 << 20;
+
+/// Why a store could not open.
+#[derive(Debug, thiserror::Error)]
+#[error("opening cache store {name} at {dir}: {reason}")]
+pub struct StoreError {
+    name: String,
+    dir: String,
+    reason: String,
+}
+
+/// Opens (and recovers) a store.
+pub async fn open(name: &'static str, s: &StoreSettings) -> Result<BlockStore, StoreError> {
+    let err = |reason: String| StoreError {
+        name: name.to_owned(),
+        dir: s.disk_dir.display().to_string(),
+        reason,
+    };
+    std::fs::create_dir_all(&s.disk_dir).map_err(|e| err(e.to_string()))?;
+    let device = FsDeviceBuilder::new(&s.disk_dir)
+        .with_capacity(s.disk_bytes)
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    HybridCacheBuilder::new()
+        .with_name(name)
+        .with_policy(HybridCachePolicy::WriteOnInsertion)
+        .memory(s.dram_bytes)
+        .with_weighter(|k: &BlockKey, v: &Bytes| {
+            v.len() + k.key.len() + k.bucket.len() + k.etag.len() + 64
+        })
+        .storage()
+        .with_io_engine_config(PsyncIoEngineConfig::new())
+        .with_engine_config(BlockEngineConfig::new(device).with_block_size(REGION_BYTES))
+        .with_recover_mode(RecoverMode::Quiet)
+        .build()
+        .await
+        .map_err(|e| err(e.to_string()))
+}

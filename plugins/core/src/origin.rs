@@ -1,0 +1,69 @@
+//! Reading from the origin outside the proxied request: what a cache filter needs to resolve an
+//! object's version and fetch byte ranges of exactly that version.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{BucketName, ETag, ObjectKey};
+
+/// What a HEAD of an object returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectHead {
+    /// The object's ETag.
+    pub etag: ETag,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Response headers worth replaying on a cached answer (Content-Type, Last-Modified,
+    /// x-amz-meta-*, ...), lowercase names.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Why an origin read failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    /// The object does not exist (404).
+    #[error("object not found")]
+    NotFound,
+    /// The object changed: If-Match failed (412) or a different ETag came back.
+    #[error("object changed at the origin")]
+    Changed,
+    /// The origin answered an unexpected status.
+    #[error("origin answered {0}")]
+    Status(u16),
+    /// Transport failure, or a body shorter than announced.
+    #[error("origin transfer failed: {0}")]
+    Transport(String),
+}
+
+/// A body arriving from the origin in pieces.
+#[async_trait]
+pub trait ByteStream: Send {
+    /// The next piece; `Ok(None)` at a complete end. A short body is an error, never `None`.
+    async fn next(&mut self) -> Result<Option<Bytes>, OriginError>;
+}
+
+/// Reads objects from a route's origin, signed as the proxy signs.
+///
+/// Contract: `get_range` always sends `If-Match: etag` and fails with
+/// [`OriginError::Changed`] rather than return bytes of another version.
+#[async_trait]
+pub trait OriginReader: Send + Sync {
+    /// HEAD of the current version; `if_none_match` revalidates a known ETag
+    /// (`Ok(None)`: unchanged).
+    async fn head(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        if_none_match: Option<&ETag>,
+    ) -> Result<Option<ObjectHead>, OriginError>;
+
+    /// Bytes `first..=last` of version `etag`.
+    async fn get_range(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        etag: &ETag,
+        first: u64,
+        last: u64,
+    ) -> Result<Box<dyn ByteStream>, OriginError>;
+}

@@ -1,0 +1,245 @@
+//! [`OriginReader`] over Pingora's connector: the block cache's HEADs and ranged GETs go
+//! through the same signing, connection pool, concurrency bound and breaker as proxied
+//! requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::{
+    BucketName, ByteStream, ETag, ObjectHead, ObjectKey, OriginError, OriginReader, UpstreamPayload,
+};
+use floe_sigv4::canonical::uri_encode;
+use pingora::connectors::http::Connector;
+use pingora::http::RequestHeader;
+use pingora::protocols::http::client::HttpSession;
+use pingora::upstreams::peer::HttpPeer;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::origin::Origin;
+
+/// Headers of a HEAD answer that a cached answer replays.
+const REPLAYED: &[&str] = &[
+    "content-type",
+    "last-modified",
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+    "x-amz-version-id",
+    "x-amz-storage-class",
+    "x-amz-server-side-encryption",
+];
+const QUEUE_WAIT: Duration = Duration::from_secs(10);
+const IDLE: Option<Duration> = Some(Duration::from_secs(60));
+
+/// Reads one origin through Pingora.
+pub struct PingoraOriginReader {
+    origin: Arc<Origin>,
+    connector: Arc<Connector>,
+}
+
+impl PingoraOriginReader {
+    /// A reader for `origin`.
+    pub fn new(origin: Arc<Origin>) -> Self {
+        Self {
+            origin,
+            connector: Arc::new(Connector::new(None)),
+        }
+    }
+
+    async fn send(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        method: &str,
+        extra: &[(&str, String)],
+    ) -> Result<(HttpSession, HttpPeer, OwnedSemaphorePermit, u16), OriginError> {
+        let transport = |e: &dyn std::fmt::Display| OriginError::Transport(e.to_string());
+        if self.origin.breaker.is_open() {
+            return Err(OriginError::Transport("origin breaker open".into()));
+        }
+        let permit = self
+            .origin
+            .acquire(QUEUE_WAIT)
+            .await
+            .ok_or_else(|| transport(&"origin queue full"))?;
+        let mut req = RequestHeader::build(method, b"/", None).map_err(|e| transport(&e))?;
+        for (k, v) in extra {
+            req.insert_header(k.to_string(), v.as_str())
+                .map_err(|e| transport(&e))?;
+        }
+        let raw_key = uri_encode(key.as_str(), true);
+        self.origin
+            .prepare(
+                &mut req,
+                bucket.as_str(),
+                &raw_key,
+                "",
+                &UpstreamPayload::Unsigned,
+            )
+            .map_err(|e| transport(&e))?;
+        let peer = self.origin.peer(bucket.as_str());
+        let (mut session, _) = match self.connector.get_http_session(&peer).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.origin.breaker.failure();
+                return Err(transport(&e));
+            }
+        };
+        session
+            .write_request_header(Box::new(req))
+            .await
+            .map_err(|e| transport(&e))?;
+        session
+            .finish_request_body()
+            .await
+            .map_err(|e| transport(&e))?;
+        session
+            .read_response_header()
+            .await
+            .map_err(|e| transport(&e))?;
+        self.origin.breaker.success();
+        let status = session.response_header().map_or(0, |h| h.status.as_u16());
+        Ok((session, peer, permit, status))
+    }
+}
+
+fn header(session: &HttpSession, name: &str) -> Option<String> {
+    session
+        .response_header()?
+        .headers
+        .get(name)?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
+#[async_trait]
+impl OriginReader for PingoraOriginReader {
+    async fn head(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        if_none_match: Option<&ETag>,
+    ) -> Result<Option<ObjectHead>, OriginError> {
+        let extra: Vec<(&str, String)> = if_none_match
+            .map(|e| ("if-none-match", e.as_str().to_owned()))
+            .into_iter()
+            .collect();
+        let (session, peer, _permit, status) = self.send(bucket, key, "HEAD", &extra).await?;
+        let result = match status {
+            304 => Ok(None),
+            404 => Err(OriginError::NotFound),
+            200 => {
+                let etag = header(&session, "etag").and_then(|e| ETag::parse(&e).ok());
+                let size = header(&session, "content-length").and_then(|l| l.parse().ok());
+                match (etag, size) {
+                    (Some(etag), Some(size)) => {
+                        let mut headers: Vec<(String, String)> = REPLAYED
+                            .iter()
+                            .filter_map(|h| Some(((*h).to_owned(), header(&session, h)?)))
+                            .collect();
+                        if let Some(h) = session.response_header() {
+                            for (k, v) in h.headers.iter() {
+                                if k.as_str().starts_with("x-amz-meta-") {
+                                    headers.push((
+                                        k.as_str().to_owned(),
+                                        v.to_str().unwrap_or("").to_owned(),
+                                    ));
+                                }
+                            }
+                        }
+                        Ok(Some(ObjectHead {
+                            etag,
+                            size,
+                            headers,
+                        }))
+                    }
+                    _ => Err(OriginError::Transport(
+                        "HEAD without ETag or Content-Length".into(),
+                    )),
+                }
+            }
+            s => Err(OriginError::Status(s)),
+        };
+        self.connector
+            .release_http_session(session, &peer, IDLE)
+            .await;
+        result
+    }
+
+    async fn get_range(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        etag: &ETag,
+        first: u64,
+        last: u64,
+    ) -> Result<Box<dyn ByteStream>, OriginError> {
+        let extra = [
+            ("range", format!("bytes={first}-{last}")),
+            ("if-match", etag.as_str().to_owned()),
+        ];
+        let (session, peer, permit, status) = self.send(bucket, key, "GET", &extra).await?;
+        let got_etag = header(&session, "etag");
+        let fail = match status {
+            206 | 200 if got_etag.as_deref() == Some(etag.as_str()) => None,
+            206 | 200 | 412 => Some(OriginError::Changed),
+            404 => Some(OriginError::NotFound),
+            s => Some(OriginError::Status(s)),
+        };
+        if let Some(e) = fail {
+            self.connector
+                .release_http_session(session, &peer, IDLE)
+                .await;
+            return Err(e);
+        }
+        let expected = last - first + 1;
+        Ok(Box::new(RangeBody {
+            session: Some(session),
+            peer,
+            connector: self.connector.clone(),
+            remaining: expected,
+            _permit: permit,
+        }))
+    }
+}
+
+struct RangeBody {
+    session: Option<HttpSession>,
+    peer: HttpPeer,
+    connector: Arc<Connector>,
+    remaining: u64,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[async_trait]
+impl ByteStream for RangeBody {
+    async fn next(&mut self) -> Result<Option<Bytes>, OriginError> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(None);
+        };
+        match session.read_response_body().await {
+            Ok(Some(b)) => {
+                self.remaining = self.remaining.saturating_sub(b.len() as u64);
+                Ok(Some(b))
+            }
+            Ok(None) if self.remaining == 0 => {
+                if let Some(s) = self.session.take() {
+                    self.connector
+                        .release_http_session(s, &self.peer, IDLE)
+                        .await;
+                }
+                Ok(None)
+            }
+            Ok(None) => Err(OriginError::Transport(format!(
+                "origin body ended {} bytes short",
+                self.remaining
+            ))),
+            Err(e) => Err(OriginError::Transport(e.to_string())),
+        }
+    }
+}
