@@ -178,13 +178,15 @@ routes:
   - bucket: {bucket}
     origin: minio
     clients: [{{access_key: {c1}, secret_key: {s1}}}]
+    filters: {filters}
+{cache}
 """
 
 
-def start_custom_floe(tmp, relay_port, port, server_yaml, **env):
+def start_custom_floe(tmp, relay_port, port, server_yaml, cache="", filters="[sigv4]", **env):
     """A floe-proxy with one route to the test bucket and the given `server:` section body."""
     conf = tmp / "floe.yaml"
     conf.write_text(CUSTOM_YAML.format(server=server_yaml, relay=relay_port, bucket=BUCKET,
-                                       c1=CLIENT[0], s1=CLIENT[1]))
+                                       c1=CLIENT[0], s1=CLIENT[1], cache=cache, filters=filters))
     full_env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, **env)
     return Proc([str(FLOE_BIN), "--config", str(conf)], full_env, tmp / "floe.log", port, "floe-proxy")

@@ -4,6 +4,8 @@ It counts every byte Floe sends to the origin (so a test can prove nothing arriv
 the next response mid-stream with a TCP reset (origin killed mid-GET), and can go down
 entirely (origin unreachable: connection refused).
 """
+import collections
+import re
 import socket
 import struct
 import threading
@@ -14,7 +16,7 @@ class Relay:
         self.upstream = (host, upstream_port)
         self.lock = threading.Lock()
         self.bytes_to_origin = 0
-        self.requests_seen = 0
+        self.requests = collections.Counter()  # request lines toward the origin, by method
         self.cut_after = None  # cut the next response after this many bytes
         self.conns = set()
         self.listener = None
@@ -51,6 +53,10 @@ class Relay:
     def sent(self):
         with self.lock:
             return self.bytes_to_origin
+
+    def count(self, method):
+        with self.lock:
+            return self.requests[method]
 
     def cut_next_response(self, after_bytes):
         with self.lock:
@@ -89,6 +95,9 @@ class Relay:
             with self.lock:
                 if to_origin:
                     self.bytes_to_origin += len(data)
+                    m = REQUEST_LINE.match(data)
+                    if m:
+                        self.requests[m.group(1).decode()] += 1
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
             if budget is not None and not to_origin:
@@ -105,6 +114,9 @@ class Relay:
                 dst.sendall(data)
             except OSError:
                 return
+
+
+REQUEST_LINE = re.compile(rb"^(GET|HEAD|PUT|POST|DELETE) /")
 
 
 def _reset(sock):
