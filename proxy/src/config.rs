@@ -20,6 +20,23 @@ pub struct FileConfig {
     /// The block cache; needed when a route lists the `blocks` filter.
     #[serde(default)]
     pub cache: Option<CacheSection>,
+    /// The admin API listener. Default none.
+    #[serde(default)]
+    pub admin: Option<AdminSection>,
+}
+
+/// The admin API: its own listener and a bearer token (exactly one of token, token_env).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// `ip:port` to bind; keep it on a private interface.
+    pub address: String,
+    /// The token inline.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Environment variable holding the token.
+    #[serde(default)]
+    pub token_env: Option<String>,
 }
 
 /// The block cache (shared by every route that lists `blocks`).

@@ -3,6 +3,7 @@
 //!
 //! Usage: `floe-proxy --config conf/quickstart.yaml` or `floe-proxy check conf/x.yaml`.
 
+mod admin;
 mod config;
 mod embedded;
 mod metrics;
@@ -137,6 +138,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         &s.region,
         &s.hostnames,
     );
+    let table_blocks = table.blocks.clone();
     let conf = ServerConf {
         threads: s.threads,
         grace_period_seconds: Some(s.grace_period_seconds),
@@ -158,6 +160,13 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 .with_context(|| format!("TLS listener {}: cert {cert}, key {key}", l.address))?,
         }
         tracing::info!(address = %l.address, tls = l.tls.is_some(), "listening");
+    }
+    if let Some((addr, token)) = &settings.admin {
+        let app = admin::AdminApp::new(token.clone(), cache.clone(), table_blocks);
+        let mut a = Service::new("floe-admin".to_owned(), app);
+        a.add_tcp(addr);
+        server.add_service(a);
+        tracing::info!(address = %addr, "admin API listening");
     }
     server.add_service(proxy);
     if let Some(addr) = &s.metrics_address {

@@ -21,7 +21,7 @@ pub struct Route {
     /// Access keys allowed here.
     pub clients: HashSet<String>,
     /// Filter stages, in order.
-    pub filters: Vec<Box<dyn RequestFilter>>,
+    pub filters: Vec<Arc<dyn RequestFilter>>,
 }
 
 /// What a request addresses, from its Host and path.
@@ -40,6 +40,8 @@ pub struct RouteTable {
     hostnames: Vec<String>,
     /// Verifier over all client keys.
     pub any_client: SigV4Filter,
+    /// Block-cache stages by bucket (for the admin API).
+    pub blocks: HashMap<String, Arc<BlockFilter>>,
 }
 
 impl RouteTable {
@@ -52,26 +54,28 @@ impl RouteTable {
         hostnames: &[String],
     ) -> Self {
         let mut routes = HashMap::new();
+        let mut blocks = HashMap::new();
         let mut all_keys = Vec::new();
         for spec in specs {
             let Some(origin) = origins.get(&spec.origin) else {
                 continue;
             };
-            let filters = spec
-                .filters
-                .iter()
-                .filter_map(|f| match f {
-                    FilterKind::SigV4 => Some(Box::new(SigV4Filter::new(
+            let mut filters: Vec<Arc<dyn RequestFilter>> = Vec::new();
+            for f in &spec.filters {
+                match f {
+                    FilterKind::SigV4 => filters.push(Arc::new(SigV4Filter::new(
                         Verifier::new(region, spec.clients.iter().cloned()),
                         spec.anonymous,
-                    )) as Box<dyn RequestFilter>),
-                    FilterKind::Blocks => cache.map(|c| {
+                    ))),
+                    FilterKind::Blocks => {
+                        let Some(c) = cache else { continue };
                         let reader = Arc::new(PingoraOriginReader::new(origin.clone()));
-                        Box::new(BlockFilter::new(c.clone(), reader, spec.bucket.as_str()))
-                            as Box<dyn RequestFilter>
-                    }),
-                })
-                .collect();
+                        let b = Arc::new(BlockFilter::new(c.clone(), reader, spec.bucket.as_str()));
+                        blocks.insert(spec.bucket.as_str().to_owned(), b.clone());
+                        filters.push(b);
+                    }
+                }
+            }
             all_keys.extend(spec.clients.iter().cloned());
             let route = Route {
                 bucket: spec.bucket.clone(),
@@ -85,6 +89,7 @@ impl RouteTable {
             routes,
             hostnames: hostnames.to_vec(),
             any_client: SigV4Filter::new(Verifier::new(region, all_keys), false),
+            blocks,
         }
     }
 

@@ -119,6 +119,8 @@ pub struct Settings {
     pub routes: Vec<RouteSpec>,
     /// The block cache, when configured.
     pub cache: Option<floe_blocks::CacheSettings>,
+    /// Admin listener address and token.
+    pub admin: Option<(String, String)>,
 }
 
 struct Ctx<'a> {
@@ -194,11 +196,29 @@ pub fn parse(
             ));
         }
     }
+    let admin = match &raw.admin {
+        None => None,
+        Some(a) => {
+            if a.address.parse::<std::net::SocketAddr>().is_err() {
+                return Err(cx.err(
+                    "admin.address",
+                    format!("{:?} is not an ip:port address", a.address),
+                ));
+            }
+            let token = match (&a.token, &a.token_env) {
+                (Some(t), None) if !t.is_empty() => t.clone(),
+                (None, Some(v)) => cx.secret_env("admin.token_env", v)?,
+                _ => return Err(cx.err("admin", "set exactly one of token, token_env")),
+            };
+            Some((a.address.clone(), token))
+        }
+    };
     Ok(Settings {
         server,
         origins,
         routes,
         cache,
+        admin,
     })
 }
 

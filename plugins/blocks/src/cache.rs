@@ -73,10 +73,10 @@ impl BlockCache {
     /// Opens both stores (recovering their disk tiers).
     pub async fn open(settings: CacheSettings) -> Result<Arc<Self>, String> {
         let classifier = Classifier::new(settings.rules.clone())?;
-        let data = store::open("data", &settings.data)
+        let data = store::open("data", &settings.data, settings.block_bytes as usize)
             .await
             .map_err(|e| e.to_string())?;
-        let meta = store::open("metadata", &settings.meta)
+        let meta = store::open("metadata", &settings.meta, settings.block_bytes as usize)
             .await
             .map_err(|e| e.to_string())?;
         let width = (settings.data.disk_bytes.max(settings.data.dram_bytes) as u64
@@ -189,6 +189,29 @@ impl BlockCache {
     ) -> Option<Mapping> {
         let e = self.meta.get(&Self::map_key(bucket, key)).await.ok()??;
         Mapping::decode(std::str::from_utf8(e.value()).ok()?, class)
+    }
+
+    /// Removes every block of one object version; returns how many block keys were dropped.
+    pub fn remove_blocks(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) -> u64 {
+        let bs = self.settings.block_bytes;
+        let n = if m.size == 0 {
+            0
+        } else {
+            (m.size - 1) / bs + 1
+        };
+        for index in 0..n {
+            let k = BlockKey {
+                bucket: bucket.clone(),
+                key: key.clone(),
+                etag: m.etag_key.clone(),
+                block_bytes: bs as u32,
+                index,
+            };
+            self.pick(self.store_of(m.class, index, m.size))
+                .0
+                .remove(&k);
+        }
+        n
     }
 
     /// Forgets a persisted mapping.

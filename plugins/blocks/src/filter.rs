@@ -5,11 +5,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use floe_core::{FilterCtx, OriginError, OriginReader, RequestFilter, S3Error, S3ErrorCode, S3Op};
+use floe_core::{
+    BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
+    S3ErrorCode, S3Op,
+};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::cache::{BlockCache, BlockReader, Target};
+use crate::classify::Store;
 use crate::inflight::FillError;
 use crate::mapping::{Mapping, MappingTable};
 use crate::range::{block_span, blocks_of, resolve, RangeAsk};
@@ -62,6 +66,74 @@ impl BlockFilter {
     /// Drops every mapping under `prefix`; returns how many were in memory.
     pub fn invalidate_prefix(&self, prefix: &str) -> usize {
         self.map.drop_prefix(prefix)
+    }
+
+    /// Purges a key: its mapping and every block of its known version. Returns blocks removed.
+    pub fn purge_key(&self, key: &str) -> u64 {
+        let removed = match self.map.get(key) {
+            Some(m) => self
+                .cache
+                .remove_blocks(&self.bucket_key, &Arc::from(key), &m),
+            None => 0,
+        };
+        self.invalidate(key);
+        removed
+    }
+
+    /// Purges every known key under `prefix`. Returns (keys, blocks) removed.
+    pub fn purge_prefix(&self, prefix: &str) -> (u64, u64) {
+        let keys = self.map.keys_with_prefix(prefix);
+        let blocks = keys.iter().map(|k| self.purge_key(k)).sum();
+        (keys.len() as u64, blocks)
+    }
+
+    /// Reads bytes `first..=last` (whole object when `None`) of `key` into the cache, in the
+    /// store `force` names (metadata or data) or as classified. Returns bytes warmed.
+    pub async fn warm(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        range: Option<(u64, u64)>,
+        force: Option<Store>,
+    ) -> Result<u64, String> {
+        let mut ctx = FilterCtx::new(S3Op::GetObject);
+        ctx.bucket = Some(bucket.clone());
+        ctx.key = Some(key.clone());
+        let (mut map, _) = self
+            .resolve(&ctx)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no such object")?;
+        if let Some(store) = force {
+            if map.class.store != store {
+                let mut m = clone_mapping(&map);
+                m.class.store = store;
+                m.class.parquet = m.class.parquet && store == Store::Data;
+                map = Arc::new(m);
+                self.map.put(key.as_str(), map.clone());
+            }
+        }
+        if map.size == 0 {
+            return Ok(0);
+        }
+        let (first, last) = range.map_or((0, map.size - 1), |(a, b)| {
+            (a.min(map.size - 1), b.min(map.size - 1))
+        });
+        let bs = self.cache.settings.block_bytes;
+        let (b0, b1) = blocks_of(first, last, bs);
+        let target = Target {
+            bucket: bucket.clone(),
+            key: key.clone(),
+            bucket_key: self.bucket_key.clone(),
+            object_key: Arc::from(key.as_str()),
+            map: map.clone(),
+        };
+        let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
+        let mut bytes = 0;
+        for i in b0..=b1 {
+            bytes += reader.block(i).await.map_err(|e| format!("{e:?}"))?.len() as u64;
+        }
+        Ok(bytes)
     }
 
     /// Resolves the current version of `key`: `Ok(None)` means "let the origin answer".

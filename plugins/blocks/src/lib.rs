@@ -18,5 +18,6 @@ mod sketch;
 mod store;
 
 pub use cache::{BlockCache, CacheSettings, StoreStats};
+pub use classify::Store;
 pub use filter::BlockFilter;
-pub use store::{StoreSettings, REGION_BYTES};
+pub use store::{BlockStore, StoreSettings, REGION_BYTES};

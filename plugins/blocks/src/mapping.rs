@@ -116,6 +116,17 @@ impl MappingTable {
         }
     }
 
+    /// Keys starting with `prefix`.
+    pub fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in &self.shards {
+            if let Ok(s) = s.lock() {
+                out.extend(s.keys().filter(|k| k.starts_with(prefix)).cloned());
+            }
+        }
+        out
+    }
+
     /// Drops every mapping whose key starts with `prefix`; returns how many.
     pub fn drop_prefix(&self, prefix: &str) -> usize {
         let mut n = 0;

@@ -112,7 +112,11 @@ pub struct StoreError {
 }
 
 /// Opens (and recovers) a store.
-pub async fn open(name: &'static str, s: &StoreSettings) -> Result<BlockStore, StoreError> {
+pub async fn open(
+    name: &'static str,
+    s: &StoreSettings,
+    block_bytes: usize,
+) -> Result<BlockStore, StoreError> {
     let err = |reason: String| StoreError {
         name: name.to_owned(),
         dir: s.disk_dir.display().to_string(),
@@ -127,6 +131,9 @@ pub async fn open(name: &'static str, s: &StoreSettings) -> Result<BlockStore, S
         .with_name(name)
         .with_policy(HybridCachePolicy::WriteOnInsertion)
         .memory(s.dram_bytes)
+        // Each shard must hold many blocks, or a block larger than a shard's share is evicted
+        // at once: one shard per 64 blocks of DRAM, 1 to 16.
+        .with_shards((s.dram_bytes / (block_bytes * 64)).clamp(1, 16))
         .with_weighter(|k: &BlockKey, v: &Bytes| {
             v.len() + k.key.len() + k.bucket.len() + k.etag.len() + 64
         })
