@@ -190,3 +190,37 @@ def start_custom_floe(tmp, relay_port, port, server_yaml, cache="", filters="[si
                                        c1=CLIENT[0], s1=CLIENT[1], cache=cache, filters=filters))
     full_env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, **env)
     return Proc([str(FLOE_BIN), "--config", str(conf)], full_env, tmp / "floe.log", port, "floe-proxy")
+
+
+ADMIN_TOKEN = "floe-test-admin-token"
+
+
+def start_cached_floe(tmp, relay_port, cache_dir, data=(64 << 20, 256 << 20), meta=(32 << 20, 64 << 20),
+                      extra_cache=""):
+    """A floe-proxy whose route has [sigv4, blocks], with an admin API (p.admin(method, path))."""
+    port, aport = free_port(), free_port()
+    cache = f"""
+cache:
+  dir: {cache_dir}
+  block_bytes: 2097152
+  data: {{dram_bytes: {data[0]}, disk_bytes: {data[1]}}}
+  metadata: {{dram_bytes: {meta[0]}, disk_bytes: {meta[1]}}}
+{extra_cache}
+admin:
+  address: 127.0.0.1:{aport}
+  token: {ADMIN_TOKEN}
+"""
+    p = start_custom_floe(tmp, relay_port, port, f"""  listeners: [{{address: "127.0.0.1:{port}"}}]
+  grace_period_seconds: 1""", cache=cache, filters="[sigv4, blocks]")
+    wait_port(aport, p.proc, "floe admin")
+
+    def admin(method, path):
+        import json
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{aport}{path}", method=method,
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(req) as r:
+            return json.loads(r.read())
+    p.admin = admin
+    p.admin_port = aport
+    return p

@@ -8,32 +8,18 @@ import threading
 import pytest
 import urllib3
 
-from conftest import BUCKET, free_port, s3_client, start_custom_floe
+from conftest import BUCKET, s3_client, start_cached_floe
 from relay import Relay
 from test_sigv4 import sign
 
 MiB = 1 << 20
 
 
-def cache_yaml(port, d):
-    return f"""  listeners: [{{address: "127.0.0.1:{port}"}}]
-  grace_period_seconds: 1
-"""
-
-
 @pytest.fixture(scope="module")
 def cached(minio, tmp_path_factory):
     d = tmp_path_factory.mktemp("cached")
     relay = Relay(minio.port)
-    port = free_port()
-    conf = d / "floe.yaml"
-    p = start_custom_floe(d, relay.port, port, cache_yaml(port, d), cache=f"""
-cache:
-  dir: {d / 'cache'}
-  block_bytes: 2097152
-  data: {{dram_bytes: 67108864, disk_bytes: 268435456}}
-  metadata: {{dram_bytes: 33554432, disk_bytes: 67108864}}
-""", filters="[sigv4, blocks]")
+    p = start_cached_floe(d, relay.port, d / "cache")
     p.relay = relay
     yield p
     p.stop()

@@ -145,16 +145,17 @@ impl BlockCache {
         self.pick(s).0.contains(key)
     }
 
-    fn under_pressure(&self) -> bool {
+    /// Whether storing `incoming` more bytes would make the data store evict.
+    fn under_pressure(&self, incoming: usize) -> bool {
         let m = self.data.memory();
-        m.usage() as f64 >= m.capacity() as f64 * 0.9
+        m.usage() + incoming >= m.capacity()
     }
 
     /// Stores a filled block, subject to admission.
     pub fn admit(&self, key: BlockKey, bytes: Bytes, s: Store) {
         let (store, stats) = self.pick(s);
         if s == Store::Data
-            && self.under_pressure()
+            && self.under_pressure(bytes.len())
             && self.sketch.estimate(key.stable_hash()) < self.settings.admission_threshold
         {
             stats.rejected.fetch_add(1, Ordering::Relaxed);
