@@ -10,6 +10,7 @@ import urllib3
 
 from conftest import BUCKET, s3_client, start_cached_floe
 from relay import Relay
+from test_clients import parquet_key  # noqa: F401  (fixture)
 from test_sigv4 import sign
 
 MiB = 1 << 20
@@ -127,3 +128,45 @@ def test_no_response_mixes_versions(cached, direct):
         w.join()
     print(f"\nreads={reads[0]} mixed={mixed[0]} aborted={aborted[0]}")
     assert reads[0] >= 10_000 and mixed[0] == 0
+
+
+def test_engines_cold_and_warm_match_direct(cached, minio, parquet_key, tmp_path):
+    """DuckDB, Polars and PyIceberg through a cold then a warm cache give the direct answers;
+    the warm pass makes no origin GET."""
+    import polars as pl
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from conftest import CLIENT, ORIGIN_KEY, ORIGIN_SECRET
+    from test_clients import duckdb_query
+
+    sql = f"SELECT s, count(*), sum(v) FROM 's3://{BUCKET}/{parquet_key}' GROUP BY s ORDER BY s"
+    ref = duckdb_query(minio.port, ORIGIN_KEY, ORIGIN_SECRET, sql)
+
+    def polars_read(port, key, secret):
+        return pl.read_parquet(f"s3://{BUCKET}/{parquet_key}", storage_options={
+            "aws_endpoint_url": f"http://127.0.0.1:{port}", "aws_access_key_id": key,
+            "aws_secret_access_key": secret, "aws_region": "us-east-1", "aws_allow_http": "true"})
+
+    pref = polars_read(minio.port, ORIGIN_KEY, ORIGIN_SECRET)
+
+    def catalog(port, key, secret):
+        return SqlCatalog("c", uri=f"sqlite:///{tmp_path}/cat.db", warehouse=f"s3://{BUCKET}/iceberg-cached",
+                          **{"s3.endpoint": f"http://127.0.0.1:{port}", "s3.access-key-id": key,
+                             "s3.secret-access-key": secret, "s3.region": "us-east-1",
+                             "s3.force-virtual-addressing": "false"})
+
+    writer = catalog(minio.port, ORIGIN_KEY, ORIGIN_SECRET)
+    writer.create_namespace("cached_ns")
+    t = writer.create_table("cached_ns.events", schema=pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    t.append(pa.table({"id": pa.array(range(5000), pa.int64()), "name": [f"e{i}" for i in range(5000)]}))
+    iref = writer.load_table("cached_ns.events").scan().to_arrow().sort_by("id")
+
+    for attempt in ("cold", "warm"):
+        gets = cached.relay.count("GET")
+        assert duckdb_query(cached.port, *CLIENT, sql) == ref, attempt
+        assert polars_read(cached.port, *CLIENT).equals(pref), attempt
+        via = catalog(cached.port, *CLIENT).load_table("cached_ns.events").scan().to_arrow().sort_by("id")
+        assert via.equals(iref), attempt
+        if attempt == "warm":
+            assert cached.relay.count("GET") == gets, "warm engines went to the origin for data"

@@ -35,7 +35,6 @@ const PASS_HEADERS: &[&str] = &[
     "if-modified-since",
     "if-unmodified-since",
     "x-amz-server-side-encryption-customer-algorithm",
-    "x-amz-checksum-mode",
 ];
 
 /// The block-cache stage of one route.
@@ -200,6 +199,12 @@ impl BlockFilter {
             .get("range")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        // S3 returns full-object checksums only on whole-object reads; current SDKs ask for them
+        // on every GET. Ranged reads are served here; whole reads with checksums go to the origin.
+        if range.is_none() && req.headers.contains_key("x-amz-checksum-mode") {
+            ctx.cache = Some("pass");
+            return Ok(false);
+        }
         let (map, map_hit) = match self.resolve(ctx).await {
             Ok(Some(m)) => m,
             Ok(None) | Err(_) => {
