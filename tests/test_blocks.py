@@ -38,6 +38,7 @@ def test_sixteen_cold_gets_make_one_origin_get(cached, direct):
     data = os.urandom(6 * MiB)
     direct.put_object(Bucket=BUCKET, Key="blocks/cold.parquet", Body=data)
     before = cached.relay.count("GET")
+    heads = cached.relay.count("HEAD")
     barrier = threading.Barrier(16)
 
     def one(_):
@@ -48,6 +49,7 @@ def test_sixteen_cold_gets_make_one_origin_get(cached, direct):
         results = list(ex.map(one, range(16)))
     assert all(r.status == 206 and r.data == data[1000:3000001] for r in results)
     assert cached.relay.count("GET") - before == 1
+    assert cached.relay.count("HEAD") - heads == 1, "concurrent resolves share one HEAD"
     labels = sorted(r.headers["x-floe-cache"] for r in results)
     assert "miss" in labels or "partial" in labels
 

@@ -14,7 +14,7 @@ use pingora::proxy::Session;
 
 use crate::cache::{BlockCache, BlockReader, Target};
 use crate::classify::Store;
-use crate::inflight::FillError;
+use crate::inflight::{wait_for, Claim, FillError, SingleFlight};
 use crate::mapping::{Mapping, MappingTable};
 use crate::range::{block_span, blocks_of, resolve, RangeAsk};
 
@@ -43,7 +43,11 @@ pub struct BlockFilter {
     origin: Arc<dyn OriginReader>,
     bucket_key: Arc<str>,
     map: MappingTable,
+    resolving: SingleFlight<String, Resolved>,
 }
+
+/// The outcome of resolving a key, shared by concurrent requests for it.
+type Resolved = Result<Option<(Arc<Mapping>, bool)>, OriginError>;
 
 impl BlockFilter {
     /// A stage for `bucket` reading misses from `origin`.
@@ -53,6 +57,7 @@ impl BlockFilter {
             origin,
             bucket_key: Arc::from(bucket),
             map: MappingTable::default(),
+            resolving: SingleFlight::default(),
         }
     }
 
@@ -147,6 +152,28 @@ impl BlockFilter {
                 return Ok(Some((m.clone(), true)));
             }
         }
+        // Concurrent cold requests for one key share one HEAD.
+        let name = key.as_str().to_owned();
+        match self.resolving.claim(&name) {
+            Claim::Theirs(rx) => {
+                wait_for(rx, Err(OriginError::Transport("resolve abandoned".into()))).await
+            }
+            Claim::Mine(tx) => {
+                let r = self.resolve_slow(bucket, key, known, class).await;
+                let _ = tx.send(Some(r.clone()));
+                self.resolving.release(&name);
+                r
+            }
+        }
+    }
+
+    async fn resolve_slow(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        known: Option<Arc<Mapping>>,
+        class: crate::classify::Class,
+    ) -> Resolved {
         let object_key: Arc<str> = Arc::from(key.as_str());
         if known.is_none() && class.immutable {
             if let Some(m) = self

@@ -1,8 +1,9 @@
-//! Single-flight for block fills: the first request to miss a block claims it and fetches;
-//! concurrent requests for the same block wait on the claim's channel instead of fetching.
+//! Single-flight: the first caller to miss a key claims it and does the work; concurrent
+//! callers for the same key wait on the claim's channel instead of repeating it. Used for
+//! block fills and for resolving key -> ETag.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -24,21 +25,24 @@ pub enum FillError {
 /// A block's fill state: `None` while in flight.
 pub type Slot = Option<Result<Bytes, FillError>>;
 
-/// The outcome of claiming a block.
-pub enum Claim {
-    /// This caller fetches and must publish on the sender.
-    Mine(watch::Sender<Slot>),
-    /// Another fill is under way; wait on the receiver.
-    Theirs(watch::Receiver<Slot>),
+/// The outcome of claiming a key.
+pub enum Claim<T> {
+    /// This caller does the work and must publish `Some(result)` on the sender.
+    Mine(watch::Sender<Option<T>>),
+    /// Another caller is working; wait on the receiver.
+    Theirs(watch::Receiver<Option<T>>),
 }
 
-/// Blocks being filled, sharded by key hash.
-pub struct Inflight {
-    shards: Vec<Mutex<HashMap<BlockKey, watch::Receiver<Slot>>>>,
+/// Keys being worked on, sharded by hash.
+pub struct SingleFlight<K, T> {
+    shards: Vec<Mutex<HashMap<K, watch::Receiver<Option<T>>>>>,
     hasher: RandomState,
 }
 
-impl Default for Inflight {
+/// Block fills in flight.
+pub type Inflight = SingleFlight<BlockKey, Result<Bytes, FillError>>;
+
+impl<K: Hash + Eq + Clone, T: Clone> Default for SingleFlight<K, T> {
     fn default() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -47,15 +51,15 @@ impl Default for Inflight {
     }
 }
 
-impl Inflight {
-    fn shard(&self, key: &BlockKey) -> &Mutex<HashMap<BlockKey, watch::Receiver<Slot>>> {
+impl<K: Hash + Eq + Clone, T: Clone> SingleFlight<K, T> {
+    fn shard(&self, key: &K) -> &Mutex<HashMap<K, watch::Receiver<Option<T>>>> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
-    /// Claims `key`, or joins the fill that holds it.
-    pub fn claim(&self, key: &BlockKey) -> Claim {
+    /// Claims `key`, or joins the work that holds it.
+    pub fn claim(&self, key: &K) -> Claim<T> {
         let Ok(mut shard) = self.shard(key).lock() else {
-            // A poisoned shard only means another thread panicked mid-update; fetch alone.
+            // A poisoned shard only means another thread panicked mid-update; work alone.
             return Claim::Mine(watch::channel(None).0);
         };
         if let Some(rx) = shard.get(key) {
@@ -66,25 +70,27 @@ impl Inflight {
         Claim::Mine(tx)
     }
 
-    /// Ends the claim on `key` (after the block is stored and published).
-    pub fn release(&self, key: &BlockKey) {
+    /// Ends the claim on `key` (after the result is stored and published).
+    pub fn release(&self, key: &K) {
         if let Ok(mut s) = self.shard(key).lock() {
             s.remove(key);
         }
     }
 }
 
-/// Waits for a block published on `rx`.
-pub async fn wait(mut rx: watch::Receiver<Slot>) -> Result<Bytes, FillError> {
+/// Waits for a result published on `rx`; `abandoned` if the worker vanished without one.
+pub async fn wait_for<T: Clone>(mut rx: watch::Receiver<Option<T>>, abandoned: T) -> T {
     loop {
         if let Some(r) = rx.borrow_and_update().clone() {
             return r;
         }
         if rx.changed().await.is_err() {
-            return match rx.borrow().clone() {
-                Some(r) => r,
-                None => Err(FillError::Failed("fill abandoned".into())),
-            };
+            return rx.borrow().clone().unwrap_or(abandoned);
         }
     }
+}
+
+/// Waits for a block published on `rx`.
+pub async fn wait(rx: watch::Receiver<Slot>) -> Result<Bytes, FillError> {
+    wait_for(rx, Err(FillError::Failed("fill abandoned".into()))).await
 }
