@@ -172,3 +172,24 @@ def test_engines_cold_and_warm_match_direct(cached, minio, parquet_key, tmp_path
         assert via.equals(iref), attempt
         if attempt == "warm":
             assert cached.relay.count("GET") == gets, "warm engines went to the origin for data"
+
+
+def test_put_through_floe_is_read_back_into_the_cache(cached):
+    s3 = s3_client(cached.port)
+    body = os.urandom(3 * MiB)
+
+    def inserted():
+        s = cached.admin("GET", "/stats")
+        return s["data"]["inserted"] + s["metadata"]["inserted"]
+
+    before = inserted()
+    s3.put_object(Bucket=BUCKET, Key="blocks/wt.parquet", Body=body)
+    import time
+    deadline = time.monotonic() + 10
+    while inserted() < before + 2:  # 3 MiB = two 2 MiB blocks
+        assert time.monotonic() < deadline, "write-through warm did not happen"
+        time.sleep(0.05)  # polling a counter, bounded by the deadline
+    gets = cached.relay.count("GET")
+    r = get(cached.port, "blocks/wt.parquet")
+    assert r.data == body and r.headers["x-floe-cache"] == "hit"
+    assert cached.relay.count("GET") == gets

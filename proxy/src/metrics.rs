@@ -14,7 +14,7 @@ pub static REQUESTS: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
     register_int_counter_vec!(
         "floe_requests_total",
         "S3 requests answered",
-        &["route", "op", "status"]
+        &["route", "op", "status", "cache"]
     )
     .ok()
 });
@@ -53,19 +53,40 @@ pub static ORIGIN_FAILURES: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
     .ok()
 });
 
+/// One finished request, as metrics and traces see it.
+pub struct Finished<'a> {
+    /// x-amz-request-id.
+    pub request_id: floe_core::RequestId,
+    /// Route (bucket) label.
+    pub route: &'a str,
+    /// Origin name.
+    pub origin: &'a str,
+    /// S3 operation.
+    pub op: &'static str,
+    /// HTTP status.
+    pub status: u16,
+    /// Cache outcome: hit, miss, partial, pass.
+    pub cache: &'static str,
+    /// Duration.
+    pub elapsed: std::time::Duration,
+    /// Origin bytes read.
+    pub origin_bytes: u64,
+}
+
 /// Records one finished request.
-pub fn record(route: &str, op: &str, status: u16, seconds: f64, origin: &str, origin_bytes: u64) {
+pub fn record(f: &Finished<'_>) {
     if let Some(m) = REQUESTS.as_ref() {
-        let code = http::StatusCode::from_u16(status);
+        let code = http::StatusCode::from_u16(f.status);
         let label = code.as_ref().map_or("0", |c| c.as_str());
-        m.with_label_values(&[route, op, label]).inc();
+        m.with_label_values(&[f.route, f.op, label, f.cache]).inc();
     }
     if let Some(m) = LATENCY.as_ref() {
-        m.with_label_values(&[op]).observe(seconds);
+        m.with_label_values(&[f.op])
+            .observe(f.elapsed.as_secs_f64());
     }
-    if origin_bytes > 0 {
+    if f.origin_bytes > 0 {
         if let Some(m) = ORIGIN_BYTES.as_ref() {
-            m.with_label_values(&[origin]).inc_by(origin_bytes);
+            m.with_label_values(&[f.origin]).inc_by(f.origin_bytes);
         }
     }
 }

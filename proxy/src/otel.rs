@@ -15,6 +15,8 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
+use crate::metrics::Finished;
+
 struct Otel {
     tracer: SdkTracer,
     requests: Counter<u64>,
@@ -78,29 +80,14 @@ pub fn init(endpoint: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What one finished request reports.
-pub struct RequestRecord<'a> {
-    /// x-amz-request-id.
-    pub request_id: floe_core::RequestId,
-    /// Route (bucket) label.
-    pub route: &'a str,
-    /// S3 operation.
-    pub op: &'static str,
-    /// HTTP status.
-    pub status: u16,
-    /// Duration.
-    pub elapsed: Duration,
-    /// Origin bytes read.
-    pub origin_bytes: u64,
-}
-
 /// Exports one request as a span and metric points; a no-op when OTLP is off.
-pub fn record(r: RequestRecord<'_>) {
+pub fn record(r: &Finished<'_>) {
     let Some(o) = OTEL.get() else { return };
     let attrs = [
         KeyValue::new("floe.route", r.route.to_owned()),
         KeyValue::new("s3.operation", r.op),
         KeyValue::new("http.response.status_code", i64::from(r.status)),
+        KeyValue::new("floe.cache", r.cache),
     ];
     o.requests.add(1, &attrs);
     o.duration.record(r.elapsed.as_secs_f64(), &attrs);

@@ -363,24 +363,19 @@ impl ProxyHttp for FloeProxy {
             .map_or(ctx.status, |r| r.status.as_u16());
         let route = ctx.route.as_ref().map_or("-", |r| r.bucket.as_str());
         let origin = ctx.route.as_ref().map_or("-", |r| r.origin.name.as_str());
-        let secs = ctx.start.elapsed().as_secs_f64();
         ctx.origin_bytes += std::mem::take(&mut ctx.f.origin_bytes);
-        metrics::record(
-            route,
-            ctx.f.op.as_str(),
-            status,
-            secs,
-            origin,
-            ctx.origin_bytes,
-        );
-        otel::record(otel::RequestRecord {
+        let finished = metrics::Finished {
             request_id: ctx.f.request_id,
             route,
+            origin,
             op: ctx.f.op.as_str(),
             status,
+            cache: ctx.f.cache.unwrap_or("pass"),
             elapsed: ctx.start.elapsed(),
             origin_bytes: ctx.origin_bytes,
-        });
+        };
+        metrics::record(&finished);
+        otel::record(&finished);
         if let Some(r) = &ctx.route {
             for f in &r.filters {
                 f.logging(&ctx.f, status);
@@ -394,7 +389,7 @@ impl ProxyHttp for FloeProxy {
             method = %session.req_header().method,
             status,
             origin_bytes = ctx.origin_bytes,
-            ms = secs * 1000.0,
+            ms = finished.elapsed.as_secs_f64() * 1000.0,
             access_key = ctx.f.access_key.as_deref().unwrap_or("-"),
             cache = ctx.f.cache.unwrap_or("-"),
             error = e.map(|e| e.to_string()).or_else(|| ctx.failure.as_ref().map(|f| f.to_string())),

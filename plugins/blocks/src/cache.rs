@@ -301,6 +301,15 @@ impl BlockReader {
         match self.cache.inflight.claim(&key) {
             Claim::Theirs(rx) => inflight::wait(rx).await,
             Claim::Mine(tx) => {
+                // Another fill may have stored the block and released its claim between our
+                // lookup and our claim: check again before going to the origin.
+                if self.cache.contains(&key, store) {
+                    if let Some(b) = self.cache.lookup(&key, store).await {
+                        let _ = tx.send(Some(Ok(b.clone())));
+                        self.cache.inflight.release(&key);
+                        return Ok(b);
+                    }
+                }
                 let own = tx.subscribe();
                 let mut run = vec![(index, key, tx)];
                 let end = self

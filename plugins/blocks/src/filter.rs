@@ -38,12 +38,13 @@ const PASS_HEADERS: &[&str] = &[
 ];
 
 /// The block-cache stage of one route.
+#[derive(Clone)]
 pub struct BlockFilter {
     cache: Arc<BlockCache>,
     origin: Arc<dyn OriginReader>,
     bucket_key: Arc<str>,
-    map: MappingTable,
-    resolving: SingleFlight<String, Resolved>,
+    map: Arc<MappingTable>,
+    resolving: Arc<SingleFlight<String, Resolved>>,
 }
 
 /// The outcome of resolving a key, shared by concurrent requests for it.
@@ -56,8 +57,8 @@ impl BlockFilter {
             cache,
             origin,
             bucket_key: Arc::from(bucket),
-            map: MappingTable::default(),
-            resolving: SingleFlight::default(),
+            map: Arc::new(MappingTable::default()),
+            resolving: Arc::new(SingleFlight::default()),
         }
     }
 
@@ -89,6 +90,27 @@ impl BlockFilter {
         let keys = self.map.keys_with_prefix(prefix);
         let blocks = keys.iter().map(|k| self.purge_key(k)).sum();
         (keys.len() as u64, blocks)
+    }
+
+    /// Most bytes one written object is read back into the cache for: a quarter of the data
+    /// store's DRAM, so one large upload cannot displace the working set.
+    fn write_through_cap(&self) -> u64 {
+        (self.cache.settings.data.dram_bytes / 4) as u64
+    }
+
+    async fn write_through(&self, bucket: &BucketName, key: &ObjectKey) -> Result<u64, String> {
+        let mut ctx = FilterCtx::new(S3Op::GetObject);
+        ctx.bucket = Some(bucket.clone());
+        ctx.key = Some(key.clone());
+        let (map, _) = self
+            .resolve(&ctx)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("gone")?;
+        if map.size > self.write_through_cap() {
+            return Err(format!("{} bytes is over the write-through cap", map.size));
+        }
+        self.warm(bucket, key, None, None).await
     }
 
     /// Reads bytes `first..=last` (whole object when `None`) of `key` into the cache, in the
@@ -411,7 +433,7 @@ impl RequestFilter for BlockFilter {
         }
     }
 
-    fn logging(&self, ctx: &FilterCtx, _status: u16) {
+    fn logging(&self, ctx: &FilterCtx, status: u16) {
         // A write may have raced a read that re-resolved the old version: drop again once the
         // write is answered.
         if matches!(
@@ -420,6 +442,23 @@ impl RequestFilter for BlockFilter {
         ) {
             if let Some(k) = &ctx.key {
                 self.invalidate(k.as_str());
+            }
+        }
+        // A completed write of a cacheable object is read back into the cache under the ETag
+        // the origin now reports (a re-read, not a tee of the upload: see write_through_cap).
+        if status == 200
+            && matches!(
+                ctx.op,
+                S3Op::PutObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload
+            )
+        {
+            if let (Some(b), Some(k)) = (ctx.bucket.clone(), ctx.key.clone()) {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = me.write_through(&b, &k).await {
+                        tracing::debug!(key = %k, error = %e, "write-through warm skipped");
+                    }
+                });
             }
         }
     }
