@@ -13,6 +13,8 @@ import os
 import pathlib
 import platform
 import random
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -276,10 +278,22 @@ def main():
         procs.append(nginx)
         floe = start_floe(origin)
         procs.append(floe)
+        profile = ""
         for label, port in (("direct", origin), ("nginx cold", nginx.port), ("nginx warm", nginx.port),
                             ("floe cold", floe.port), ("floe warm", floe.port)):
             print(f"1 MiB ranges: {label}", flush=True)
-            results.setdefault("1MiB", {})[label] = run_ranges(port, big, 16)
+            if label == "floe warm" and shutil.which("perf"):
+                rec = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", str(WORK / "perf.data"),
+                                        "-p", str(floe.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                results.setdefault("1MiB", {})[label] = run_ranges(port, big, 16)
+                rec.send_signal(signal.SIGINT)
+                rec.wait(60)
+                rep = subprocess.run(["perf", "report", "-i", str(WORK / "perf.data"), "--stdio", "--no-children",
+                                      "--sort", "symbol", "-g", "none", "--percent-limit", "1.5"],
+                                     capture_output=True, text=True)
+                profile = "\n".join(l for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#"))
+            else:
+                results.setdefault("1MiB", {})[label] = run_ranges(port, big, 16)
         for label, port in (("direct", origin), ("nginx cold", nginx.port), ("nginx warm", nginx.port),
                             ("floe cold", floe.port), ("floe warm", floe.port)):
             print(f"64 KiB ranges: {label}", flush=True)
@@ -292,13 +306,13 @@ def main():
         for label, w in waves.items():
             for q, v in w.items():
                 assert v["rows"] == ref[q], f"{label} {q} differs from direct"
-        write_report(results, waves, args, files, fsize, sf)
+        write_report(results, waves, args, files, fsize, sf, profile)
     finally:
         for p in reversed(procs):
             p.stop()
 
 
-def write_report(results, waves, args, files, fsize, sf):
+def write_report(results, waves, args, files, fsize, sf, profile):
     cmd = "load/bench.sh" + (" --quick" if args.quick else "")
     lines = ["# Floe performance", "",
              f"Produced by `{cmd}` on {time.strftime('%Y-%m-%d')} ({platform.machine()}, {os.cpu_count()} cores;"
@@ -326,6 +340,10 @@ def write_report(results, waves, args, files, fsize, sf):
     lines.append(f"- cold Floe / direct wall time (1 MiB): {r1['floe cold']['wall_s'] / r1['direct']['wall_s']:.2f}x")
     lines.append(f"- DuckDB wave: direct / warm Floe = {tot['direct'] / tot['floe warm']:.1f}x;"
                  f" warm origin requests = {sum(v['origin_requests'] for v in waves['floe warm'].values())}")
+    if profile:
+        lines += ["", "## Where the warm hit path spends its time", "",
+                  "`perf record -F 499 -g` on floe-proxy during the warm 1 MiB run (symbols >= 1.5% self time):", "",
+                  "```", profile, "```"]
     (ROOT / "load" / "PERFORMANCE.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

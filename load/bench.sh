@@ -14,5 +14,6 @@ if [ ! -x "$FLOE_CACHE/bin/toxiproxy-server" ]; then
   cp "$FLOE_CACHE/toxi/server" "$FLOE_CACHE/bin/toxiproxy-server"
 fi
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt-get install -y nginx-light
+command -v perf >/dev/null || apt-get install -y linux-perf || true
 cargo build --release --bin floe-proxy
 exec "$PY" load/bench.py "$@"

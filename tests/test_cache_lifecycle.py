@@ -121,6 +121,8 @@ def test_ceilings_hold_under_random_workload(relay, direct, tmp_path):
             assert s["metadata"]["dram_usage_bytes"] <= meta_cap[0]
     s = p.admin("GET", "/stats")
     assert s["data"]["dram_usage_bytes"] <= data_cap[0] and s["metadata"]["dram_usage_bytes"] <= meta_cap[0]
+    assert 0 < s["data"]["dram_entries"] <= data_cap[0] // (2 * MiB) + 1
+    assert s["data"]["evictions"] + s["data"]["admissions_rejected"] > 0, "the workload overflows DRAM"
     for store, cap in (("data", data_cap[1]), ("metadata", meta_cap[1])):
         on_disk = sum(f.stat().st_blocks * 512 for f in (tmp_path / "cache" / store).rglob("*") if f.is_file())
         assert on_disk <= cap, f"{store} disk {on_disk} > {cap}"

@@ -67,6 +67,8 @@ impl AdminApp {
                 "misses": st.misses.load(Ordering::Relaxed),
                 "inserted": st.inserted.load(Ordering::Relaxed),
                 "admissions_rejected": st.rejected.load(Ordering::Relaxed),
+                "dram_entries": s.memory().entries(),
+                "evictions": st.events.evictions.load(Ordering::Relaxed),
                 "origin_bytes": st.origin_bytes.load(Ordering::Relaxed),
             })
         };

@@ -14,7 +14,7 @@ use crate::inflight::{self, Claim, FillError, Inflight};
 use crate::mapping::Mapping;
 use crate::range::block_span;
 use crate::sketch::Sketch;
-use crate::store::{self, BlockKey, BlockStore, StoreSettings};
+use crate::store::{self, BlockKey, BlockStore, StoreEvents, StoreSettings};
 
 /// Runtime settings of the block cache.
 #[derive(Debug, Clone)]
@@ -50,6 +50,8 @@ pub struct StoreStats {
     pub inserted: AtomicU64,
     /// Bytes fetched from the origin for this store.
     pub origin_bytes: AtomicU64,
+    /// What left the DRAM tier.
+    pub events: Arc<StoreEvents>,
 }
 
 /// The process-wide block cache.
@@ -73,12 +75,24 @@ impl BlockCache {
     /// Opens both stores (recovering their disk tiers).
     pub async fn open(settings: CacheSettings) -> Result<Arc<Self>, String> {
         let classifier = Classifier::new(settings.rules.clone())?;
-        let data = store::open("data", &settings.data, settings.block_bytes as usize)
-            .await
-            .map_err(|e| e.to_string())?;
-        let meta = store::open("metadata", &settings.meta, settings.block_bytes as usize)
-            .await
-            .map_err(|e| e.to_string())?;
+        let data_stats = StoreStats::default();
+        let meta_stats = StoreStats::default();
+        let data = store::open(
+            "data",
+            &settings.data,
+            settings.block_bytes as usize,
+            data_stats.events.clone(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let meta = store::open(
+            "metadata",
+            &settings.meta,
+            settings.block_bytes as usize,
+            meta_stats.events.clone(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let width = (settings.data.disk_bytes.max(settings.data.dram_bytes) as u64
             / settings.block_bytes)
             .max(1024) as usize
@@ -87,8 +101,8 @@ impl BlockCache {
             settings,
             data,
             meta,
-            data_stats: StoreStats::default(),
-            meta_stats: StoreStats::default(),
+            data_stats,
+            meta_stats,
             sketch: Sketch::new(width),
             inflight: Inflight::default(),
             classifier,

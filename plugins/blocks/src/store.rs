@@ -85,6 +85,28 @@ impl Code for BlockKey {
     }
 }
 
+/// Counts what leaves a store's DRAM tier (foyer reports it through this listener).
+#[derive(Default)]
+pub struct StoreEvents {
+    /// Entries evicted to make room.
+    pub evictions: std::sync::atomic::AtomicU64,
+    /// Entries that left for any reason (evicted, replaced, removed).
+    pub leaves: std::sync::atomic::AtomicU64,
+}
+
+impl foyer::EventListener for StoreEvents {
+    type Key = BlockKey;
+    type Value = Bytes;
+
+    fn on_leave(&self, reason: foyer::Event, _key: &BlockKey, _value: &Bytes) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.leaves.fetch_add(1, Relaxed);
+        if reason == foyer::Event::Evict {
+            self.evictions.fetch_add(1, Relaxed);
+        }
+    }
+}
+
 /// Byte ceilings and location of one store.
 #[derive(Debug, Clone)]
 pub struct StoreSettings {
@@ -116,6 +138,7 @@ pub async fn open(
     name: &'static str,
     s: &StoreSettings,
     block_bytes: usize,
+    events: Arc<StoreEvents>,
 ) -> Result<BlockStore, StoreError> {
     let err = |reason: String| StoreError {
         name: name.to_owned(),
@@ -130,6 +153,7 @@ pub async fn open(
     HybridCacheBuilder::new()
         .with_name(name)
         .with_policy(HybridCachePolicy::WriteOnInsertion)
+        .with_event_listener(events)
         .memory(s.dram_bytes)
         // Each shard must hold many blocks, or a block larger than a shard's share is evicted
         // at once: one shard per 64 blocks of DRAM, 1 to 16.
