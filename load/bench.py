@@ -34,10 +34,70 @@ KEY, SECRET = conftest.ORIGIN_KEY, conftest.ORIGIN_SECRET
 FLOE_RELEASE = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", CACHE / "target")) / "release" / "floe-proxy"
 
 
+class Audit:
+    """MinIO's audit webhook sink: the origin's own log of every S3 call it served."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.lock = threading.Lock()
+        self.entries = []
+        audit = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                for line in body.splitlines():
+                    try:
+                        e = json.loads(line)
+                    except ValueError:
+                        continue
+                    with audit.lock:
+                        audit.entries.append((e.get("api", {}).get("name", ""), e.get("api", {}).get("object", "")))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.marks = 0
+
+    def mark(self, s3):
+        """Index in the log after everything before this call (a HEAD of a marker key)."""
+        self.marks += 1
+        name = f"audit-marker-{self.marks}"
+        try:
+            s3.head_object(Bucket=BUCKET, Key=name)
+        except Exception:
+            pass
+        deadline = time.monotonic() + 30
+        while True:
+            with self.lock:
+                for i, (_, obj) in enumerate(self.entries):
+                    if obj == name:
+                        return i
+            if time.monotonic() > deadline:
+                raise RuntimeError("audit marker never arrived")
+            time.sleep(0.05)
+
+    def count(self, start, end):
+        with self.lock:
+            return sum(1 for api, _ in self.entries[start + 1:end] if api in ("GetObject", "HeadObject"))
+
+
+AUDIT = None
+
+
 def start_minio():
+    global AUDIT
+    AUDIT = Audit()
     port = conftest.free_port()
     env = dict(os.environ, MINIO_ROOT_USER=KEY, MINIO_ROOT_PASSWORD=SECRET, MINIO_BROWSER="off",
-               MINIO_PROMETHEUS_AUTH_TYPE="public")
+               MINIO_AUDIT_WEBHOOK_ENABLE_bench="on",
+               MINIO_AUDIT_WEBHOOK_ENDPOINT_bench=f"http://127.0.0.1:{AUDIT.port}/")
     p = conftest.Proc([str(conftest.MINIO_BIN), "server", "--quiet", "--address", f"127.0.0.1:{port}",
                        str(WORK / "minio")], env, WORK / "minio.log", port, "minio")
     s3 = conftest.s3_client(port, KEY, SECRET)
@@ -56,16 +116,6 @@ def start_minio():
         "Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:GetObject"],
         "Resource": [f"arn:aws:s3:::{BUCKET}/*"]}]}))
     return p, s3
-
-
-def origin_requests(minio_port):
-    """GetObject + HeadObject count from MinIO's own metrics (the origin's request log)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{minio_port}/minio/v2/metrics/cluster").read().decode()
-    n = 0
-    for line in text.splitlines():
-        if line.startswith("minio_s3_requests_total") and ('api="getobject"' in line or 'api="headobject"' in line):
-            n += int(float(line.split()[-1]))
-    return n
 
 
 def make_parquet_set(s3, files, size):
@@ -190,7 +240,15 @@ def start_floe(origin_port):
     (d / "floe.yaml").write_text(FLOE_YAML.format(port=port, origin=origin_port, bucket=BUCKET, key=KEY,
                                                   secret=SECRET, dir=d, admin=admin))
     env = dict(os.environ, K=KEY, S=SECRET, FLOE_LOG="warn")
-    return conftest.Proc([str(FLOE_RELEASE), "--config", str(d / "floe.yaml")], env, d / "floe.log", port, "floe")
+    p = conftest.Proc([str(FLOE_RELEASE), "--config", str(d / "floe.yaml")], env, d / "floe.log", port, "floe")
+    p.admin_port = admin
+    return p
+
+
+def floe_origin_bytes(p):
+    req = urllib.request.Request(f"http://127.0.0.1:{p.admin_port}/stats", headers={"Authorization": "Bearer bench"})
+    s = json.loads(urllib.request.urlopen(req).read())
+    return s["data"]["origin_bytes"] + s["metadata"]["origin_bytes"]
 
 
 def run_ranges(port, reqs, clients):
@@ -235,23 +293,25 @@ TPCH_QUERIES = {
 }
 
 
-def duckdb_wave(port, sf, minio_port, signed):
+def duckdb_wave(port, sf, s3, signed):
     import duckdb
     import duckdb_extension_httpfs
     ext = next(pathlib.Path(duckdb_extension_httpfs.__file__).parent.rglob("httpfs.duckdb_extension"))
     con = duckdb.connect()
     con.execute(f"LOAD '{ext}'")
+    # DuckDB's own caches off, so every query reads through the endpoint under test.
     con.execute("SET enable_object_cache=false")
+    con.execute("SET enable_external_file_cache=false")
     creds = f"KEY_ID '{KEY}', SECRET '{SECRET}', " if signed else ""
     con.execute(f"CREATE SECRET s (TYPE s3, {creds}REGION 'us-east-1', ENDPOINT '127.0.0.1:{port}', "
                 "URL_STYLE 'path', USE_SSL false)")
     out = {}
     for name, q in TPCH_QUERIES.items():
-        before = origin_requests(minio_port)
+        before = AUDIT.mark(s3)
         t0 = time.perf_counter()
         rows = con.execute(q.format(t=f"'s3://{BUCKET}/tpch/sf{sf}/")).fetchall()
-        out[name] = {"s": time.perf_counter() - t0, "origin_requests": origin_requests(minio_port) - before,
-                     "rows": rows}
+        took = time.perf_counter() - t0
+        out[name] = {"s": took, "origin_requests": AUDIT.count(before, AUDIT.mark(s3)), "rows": rows}
     return out
 
 
@@ -291,9 +351,13 @@ def main():
                 rep = subprocess.run(["perf", "report", "-i", str(WORK / "perf.data"), "--stdio", "--no-children",
                                       "--sort", "symbol", "-g", "none", "--percent-limit", "1.5"],
                                      capture_output=True, text=True)
-                profile = "\n".join(l for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#"))
+                profile = "\n".join(l.split("  -  ")[0].rstrip() for l in rep.stdout.splitlines()
+                                     if l.strip() and not l.startswith("#"))
             else:
+                before = floe_origin_bytes(floe)
                 results.setdefault("1MiB", {})[label] = run_ranges(port, big, 16)
+                if label == "floe cold":
+                    results["floe_cold_origin_mib"] = (floe_origin_bytes(floe) - before) / MiB
         for label, port in (("direct", origin), ("nginx cold", nginx.port), ("nginx warm", nginx.port),
                             ("floe cold", floe.port), ("floe warm", floe.port)):
             print(f"64 KiB ranges: {label}", flush=True)
@@ -301,7 +365,7 @@ def main():
         waves = {}
         for label, port, signed in (("direct", origin, True), ("floe cold", floe.port, True), ("floe warm", floe.port, True)):
             print(f"duckdb wave: {label}", flush=True)
-            waves[label] = duckdb_wave(port, sf, minio.port, signed)
+            waves[label] = duckdb_wave(port, sf, s3, signed)
         ref = {q: v["rows"] for q, v in waves["direct"].items()}
         for label, w in waves.items():
             for q, v in w.items():
@@ -317,7 +381,7 @@ def write_report(results, waves, args, files, fsize, sf, profile):
     lines = ["# Floe performance", "",
              f"Produced by `{cmd}` on {time.strftime('%Y-%m-%d')} ({platform.machine()}, {os.cpu_count()} cores;"
              " client, proxies and origin share the machine). Origin: MinIO behind toxiproxy adding 30 ms to every"
-             " request. nginx: Debian's nginx, proxy_cache + slice 2m. Floe: release build, 2 MiB blocks,"
+             " request (origin requests are counted from MinIO's audit webhook). nginx: Debian's nginx, proxy_cache + slice 2m. Floe: release build, 2 MiB blocks,"
              " data store DRAM 3 GiB. Cold = empty cache, warm = the same request list again.", ""]
     for wl, title in (("1MiB", f"1 MiB ranged GETs over {files} x {fsize // MiB} MiB Parquet files, 16 clients"),
                       ("64KiB", "64 KiB ranged GETs, 16 clients")):
@@ -337,7 +401,9 @@ def write_report(results, waves, args, files, fsize, sf, profile):
     lines.append(f"- warm Floe / warm nginx throughput (1 MiB): {r1['floe warm']['mib_s'] / r1['nginx warm']['mib_s']:.2f}x;"
                  f" p99 {r1['floe warm']['p99_ms']:.1f} vs {r1['nginx warm']['p99_ms']:.1f} ms")
     lines.append(f"- warm Floe / warm nginx p99 (64 KiB): {r64['floe warm']['p99_ms']:.1f} vs {r64['nginx warm']['p99_ms']:.1f} ms")
-    lines.append(f"- cold Floe / direct wall time (1 MiB): {r1['floe cold']['wall_s'] / r1['direct']['wall_s']:.2f}x")
+    lines.append(f"- cold Floe / direct wall time (1 MiB): {r1['floe cold']['wall_s'] / r1['direct']['wall_s']:.2f}x;"
+                 f" Floe cold read {results['floe_cold_origin_mib']:.0f} MiB from the origin to serve"
+                 f" {r1['floe cold']['requests']} MiB (whole 2 MiB blocks)")
     lines.append(f"- DuckDB wave: direct / warm Floe = {tot['direct'] / tot['floe warm']:.1f}x;"
                  f" warm origin requests = {sum(v['origin_requests'] for v in waves['floe warm'].values())}")
     if profile:
