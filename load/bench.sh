@@ -15,5 +15,6 @@ if [ ! -x "$FLOE_CACHE/bin/toxiproxy-server" ]; then
 fi
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt-get install -y nginx-light
 command -v perf >/dev/null || apt-get install -y linux-perf || true
+(cd load/loadgen && go build -o "$FLOE_CACHE/bin/floe-loadgen" .)
 cargo build --release --bin floe-proxy
 exec "$PY" load/bench.py "$@"

@@ -1,0 +1,3 @@
+module floe/loadgen
+
+go 1.22
