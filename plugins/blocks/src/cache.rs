@@ -229,6 +229,29 @@ impl BlockCache {
         n
     }
 
+    /// Counts one touch of every data block of an object version (a write through Floe is
+    /// its first touch, so reading it back passes second-touch admission).
+    pub fn touch_blocks(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) {
+        let bs = self.settings.block_bytes;
+        let n = if m.size == 0 {
+            0
+        } else {
+            (m.size - 1) / bs + 1
+        };
+        for index in 0..n {
+            if self.store_of(m.class, index, m.size) == Store::Data {
+                let k = BlockKey {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                    etag: m.etag_key.clone(),
+                    block_bytes: bs as u32,
+                    index,
+                };
+                self.sketch.touch(k.stable_hash());
+            }
+        }
+    }
+
     /// Forgets a persisted mapping.
     pub fn forget_mapping(&self, bucket: &Arc<str>, key: &Arc<str>) {
         self.meta.remove(&Self::map_key(bucket, key));

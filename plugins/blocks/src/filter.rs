@@ -110,6 +110,8 @@ impl BlockFilter {
         if map.size > self.write_through_cap() {
             return Err(format!("{} bytes is over the write-through cap", map.size));
         }
+        self.cache
+            .touch_blocks(&self.bucket_key, &Arc::from(key.as_str()), &map);
         self.warm(bucket, key, None, None).await
     }
 
