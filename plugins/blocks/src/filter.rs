@@ -169,13 +169,14 @@ impl BlockFilter {
         let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
             return Ok(None);
         };
-        let class = self.cache.classify(key.as_str());
         let known = self.map.get(key.as_str());
         if let Some(m) = &known {
             if m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl {
                 return Ok(Some((m.clone(), true)));
             }
         }
+        // Classification (glob matching) only on the slow path; known keys carry their class.
+        let class = self.cache.classify(key.as_str());
         // Concurrent cold requests for one key share one HEAD.
         let name = key.as_str().to_owned();
         match self.resolving.claim(&name) {
