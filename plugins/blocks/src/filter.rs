@@ -394,7 +394,7 @@ fn response_header(
         .map_err(e)?;
     }
     for (k, v) in &map.headers {
-        r.append_header(k.clone(), v.as_str()).map_err(e)?;
+        r.append_header(k.clone(), v.clone()).map_err(e)?;
     }
     r.insert_header("x-floe-cache", label).map_err(e)?;
     r.insert_header("x-floe-origin-bytes", origin_bytes.to_string())

@@ -23,7 +23,8 @@ pub struct Mapping {
     /// Size in bytes.
     pub size: u64,
     /// Headers replayed on cached answers.
-    pub headers: Vec<(String, String)>,
+    /// Parsed once here so a hit only clones them.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
     /// Its class.
     pub class: Class,
     /// When it was last confirmed with the origin.
@@ -38,7 +39,16 @@ impl Mapping {
             etag: head.etag,
             etag_key,
             size: head.size,
-            headers: head.headers,
+            headers: head
+                .headers
+                .iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        http::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                        http::HeaderValue::from_str(v).ok()?,
+                    ))
+                })
+                .collect(),
             class,
             checked: Instant::now(),
         }
@@ -48,7 +58,8 @@ impl Mapping {
     pub fn encode(&self) -> String {
         let mut s = format!("{}\n{}\n", self.etag.as_str(), self.size);
         for (k, v) in &self.headers {
-            s.push_str(k);
+            let Ok(v) = v.to_str() else { continue };
+            s.push_str(k.as_str());
             s.push(':');
             s.push_str(&v.replace('\n', " "));
             s.push('\n');
@@ -138,5 +149,38 @@ impl MappingTable {
             }
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Store;
+
+    #[test]
+    fn persisted_form_round_trips_and_rejects_damage() {
+        let class = Class {
+            store: Store::Data,
+            immutable: true,
+            parquet: true,
+        };
+        let head = ObjectHead {
+            etag: ETag::parse("\"abc\"").unwrap(),
+            size: 42,
+            headers: vec![
+                ("content-type".into(), "application/octet-stream".into()),
+                ("x-amz-meta-a".into(), "b".into()),
+            ],
+        };
+        let m = Mapping::new(head, class);
+        let back = Mapping::decode(&m.encode(), class).unwrap();
+        assert_eq!((back.etag.as_str(), back.size), ("\"abc\"", 42));
+        assert_eq!(back.headers, m.headers);
+        assert!(Mapping::decode("\"abc\"\nnot-a-size\n", class).is_none());
+        let t = MappingTable::default();
+        t.put("p/a", Arc::new(back));
+        assert_eq!(t.keys_with_prefix("p/"), vec!["p/a".to_owned()]);
+        assert_eq!(t.drop_prefix("p/"), 1);
+        assert!(t.get("p/a").is_none());
     }
 }
