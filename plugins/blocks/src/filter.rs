@@ -111,7 +111,7 @@ impl BlockFilter {
             return Err(format!("{} bytes is over the write-through cap", map.size));
         }
         self.cache
-            .touch_blocks(&self.bucket_key, &Arc::from(key.as_str()), &map);
+            .touch_blocks(&self.bucket_key, &key.shared(), &map);
         self.warm(bucket, key, None, None).await
     }
 
@@ -153,7 +153,7 @@ impl BlockFilter {
             bucket: bucket.clone(),
             key: key.clone(),
             bucket_key: self.bucket_key.clone(),
-            object_key: Arc::from(key.as_str()),
+            object_key: key.shared(),
             map: map.clone(),
         };
         let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
@@ -199,7 +199,7 @@ impl BlockFilter {
         known: Option<Arc<Mapping>>,
         class: crate::classify::Class,
     ) -> Resolved {
-        let object_key: Arc<str> = Arc::from(key.as_str());
+        let object_key: Arc<str> = key.shared();
         if known.is_none() && class.immutable {
             if let Some(m) = self
                 .cache
@@ -288,7 +288,7 @@ impl BlockFilter {
             bucket,
             key: key.clone(),
             bucket_key: self.bucket_key.clone(),
-            object_key: Arc::from(key.as_str()),
+            object_key: key.shared(),
             map: map.clone(),
         };
         let bs = self.cache.settings.block_bytes;

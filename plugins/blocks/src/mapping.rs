@@ -12,6 +12,9 @@ use floe_core::{ETag, ObjectHead};
 use crate::classify::Class;
 
 const SHARDS: usize = 32;
+/// Most mappings one route keeps in memory (per shard: this / SHARDS). A dropped mapping costs
+/// one HEAD to re-resolve, or nothing for immutable objects (persisted in the metadata store).
+pub const MAX_MAPPINGS: usize = 1 << 20;
 
 /// A resolved object version.
 #[derive(Debug)]
@@ -91,11 +94,20 @@ impl Mapping {
 pub struct MappingTable {
     shards: Vec<Mutex<HashMap<String, Arc<Mapping>>>>,
     hasher: RandomState,
+    per_shard: usize,
 }
 
 impl Default for MappingTable {
     fn default() -> Self {
+        Self::with_capacity(MAX_MAPPINGS)
+    }
+}
+
+impl MappingTable {
+    /// A table holding at most about `max` mappings.
+    pub fn with_capacity(max: usize) -> Self {
         Self {
+            per_shard: (max / SHARDS).max(1),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
         }
@@ -116,6 +128,12 @@ impl MappingTable {
     /// Records a mapping.
     pub fn put(&self, key: &str, m: Arc<Mapping>) {
         if let Ok(mut s) = self.shard(key).lock() {
+            if s.len() >= self.per_shard && !s.contains_key(key) {
+                // Bounded: drop an arbitrary entry (HashMap order is randomly seeded).
+                if let Some(victim) = s.keys().next().cloned() {
+                    s.remove(&victim);
+                }
+            }
             s.insert(key.to_owned(), m);
         }
     }
@@ -182,5 +200,31 @@ mod tests {
         assert_eq!(t.keys_with_prefix("p/"), vec!["p/a".to_owned()]);
         assert_eq!(t.drop_prefix("p/"), 1);
         assert!(t.get("p/a").is_none());
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+    use crate::classify::Store;
+
+    #[test]
+    fn table_stays_bounded() {
+        let class = Class {
+            store: Store::Data,
+            immutable: true,
+            parquet: false,
+        };
+        let t = MappingTable::with_capacity(64);
+        for i in 0..10_000 {
+            let head = ObjectHead {
+                etag: ETag::parse("\"e\"").unwrap(),
+                size: i,
+                headers: vec![],
+            };
+            t.put(&format!("k{i}"), Arc::new(Mapping::new(head, class)));
+        }
+        assert!(t.keys_with_prefix("k").len() <= 64);
+        assert!(t.get("k9999").is_some(), "the newest entry is kept");
     }
 }

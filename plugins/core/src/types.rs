@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,9 +21,9 @@ pub enum NameError {
     ETag(String),
 }
 
-/// An S3 bucket name, as S3's naming rules allow it.
+/// An S3 bucket name, as S3's naming rules allow it. Shared text: clones are reference counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BucketName(String);
+pub struct BucketName(Arc<str>);
 
 impl BucketName {
     /// Parses a bucket name by S3's rules (3-63 chars, lowercase, digits, '.', '-').
@@ -37,12 +38,17 @@ impl BucketName {
         if !b.iter().all(|&c| ok_char(c)) || !edge(b[0]) || !edge(b[b.len() - 1]) {
             return Err(NameError::BucketChars(s.to_owned()));
         }
-        Ok(Self(s.to_owned()))
+        Ok(Self(Arc::from(s)))
     }
 
     /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The name as shared text.
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
     }
 }
 
@@ -52,9 +58,9 @@ impl fmt::Display for BucketName {
     }
 }
 
-/// An object key: 1 to 1024 bytes of UTF-8 (already percent-decoded).
+/// An object key: 1 to 1024 bytes of UTF-8 (already percent-decoded). Shared text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ObjectKey(String);
+pub struct ObjectKey(Arc<str>);
 
 impl ObjectKey {
     /// Parses a decoded key.
@@ -62,12 +68,17 @@ impl ObjectKey {
         if s.is_empty() || s.len() > 1024 {
             return Err(NameError::KeyLength);
         }
-        Ok(Self(s.to_owned()))
+        Ok(Self(Arc::from(s)))
     }
 
     /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The key as shared text.
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
     }
 }
 
