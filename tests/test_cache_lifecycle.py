@@ -25,6 +25,22 @@ def relay(minio):
     r.down()
 
 
+@pytest.fixture
+def started():
+    """Starts cached floe-proxy processes and stops them at teardown, even when a test fails."""
+    procs = []
+
+    def start(*args, **kwargs):
+        p = start_cached_floe(*args, **kwargs)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.proc.poll() is None:
+            p.stop()
+
+
 def wait_flushed(p, store, at_least):
     """Polls the admin stats until the store's disk tier has written `at_least` bytes."""
     deadline = time.monotonic() + 30
@@ -38,14 +54,14 @@ def kill9(p):
     p.proc.wait(10)
 
 
-def test_restart_serves_warm_set_without_origin_and_refetches_corrupt_blocks(relay, direct, tmp_path):
+def test_restart_serves_warm_set_without_origin_and_refetches_corrupt_blocks(relay, direct, tmp_path, started):
     files = {"t/data/a.parquet": os.urandom(5 * MiB), "t/data/b.parquet": os.urandom(3 * MiB + 7),
              "t/metadata/00001-0a1b2c3d-1111-2222-3333-444455556666.metadata.json": os.urandom(40_000)}
     for k, v in files.items():
         direct.put_object(Bucket=BUCKET, Key=k, Body=v)
     cache_dir = tmp_path / "cache"
     (tmp_path / "a").mkdir()
-    a = start_cached_floe(tmp_path / "a", relay.port, cache_dir)
+    a = started(tmp_path / "a", relay.port, cache_dir)
     for k, v in files.items():
         assert get(a.port, k).data == v
     # Parquet footer blocks (the last block of each file) live in the metadata store.
@@ -54,7 +70,7 @@ def test_restart_serves_warm_set_without_origin_and_refetches_corrupt_blocks(rel
     kill9(a)
 
     (tmp_path / "b").mkdir()
-    b = start_cached_floe(tmp_path / "b", relay.port, cache_dir)
+    b = started(tmp_path / "b", relay.port, cache_dir)
     before = (relay.count("GET"), relay.count("HEAD"))
     for k, v in files.items():
         r = get(b.port, k)
@@ -70,7 +86,7 @@ def test_restart_serves_warm_set_without_origin_and_refetches_corrupt_blocks(rel
                     fh.seek(off)
                     fh.write(b"\xde\xad\xbe\xef" * 16)
     (tmp_path / "c").mkdir()
-    c = start_cached_floe(tmp_path / "c", relay.port, cache_dir)
+    c = started(tmp_path / "c", relay.port, cache_dir)
     before = relay.count("GET")
     for k, v in files.items():
         assert get(c.port, k).data == v
@@ -78,9 +94,9 @@ def test_restart_serves_warm_set_without_origin_and_refetches_corrupt_blocks(rel
     c.stop()
 
 
-def test_scan_cannot_evict_hot_set_or_metadata(relay, direct, tmp_path):
+def test_scan_cannot_evict_hot_set_or_metadata(relay, direct, tmp_path, started):
     # Data store: 16 MiB DRAM, 64 MiB disk. The scan reads 10x that (800 MiB) once.
-    p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", data=(16 * MiB, 64 * MiB), meta=(16 * MiB, 64 * MiB))
+    p = started(tmp_path, relay.port, tmp_path / "cache", data=(16 * MiB, 64 * MiB), meta=(16 * MiB, 64 * MiB))
     hot = {f"hot/h{i}.bin": os.urandom(2 * MiB) for i in range(3)}
     meta = {f"t/metadata/snap-{i}-1-abc.avro": os.urandom(100_000) for i in range(5)}
     for k, v in {**hot, **meta}.items():
@@ -102,9 +118,9 @@ def test_scan_cannot_evict_hot_set_or_metadata(relay, direct, tmp_path):
     p.stop()
 
 
-def test_ceilings_hold_under_random_workload(relay, direct, tmp_path):
+def test_ceilings_hold_under_random_workload(relay, direct, tmp_path, started):
     data_cap, meta_cap = (16 * MiB, 64 * MiB), (8 * MiB, 64 * MiB)
-    p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", data=data_cap, meta=meta_cap)
+    p = started(tmp_path, relay.port, tmp_path / "cache", data=data_cap, meta=meta_cap)
     rnd = random.Random(7)
     keys = []
     for i in range(30):
@@ -129,8 +145,8 @@ def test_ceilings_hold_under_random_workload(relay, direct, tmp_path):
     p.stop()
 
 
-def test_admin_warm_purge_and_token(relay, direct, tmp_path):
-    p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache")
+def test_admin_warm_purge_and_token(relay, direct, tmp_path, started):
+    p = started(tmp_path, relay.port, tmp_path / "cache")
     body = os.urandom(3 * MiB)
     direct.put_object(Bucket=BUCKET, Key="adm/x.parquet", Body=body)
     assert p.admin("POST", f"/warm?bucket={BUCKET}&key=adm/x.parquet")["bytes"] == len(body)
