@@ -20,6 +20,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::config::Addressing;
 use crate::runtime::OriginSpec;
 
+/// How long a request may wait for a slot under an origin's concurrency bound before it is
+/// answered 503 SlowDown.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(10);
+
 /// Why a request could not be signed for the origin.
 #[derive(Debug, thiserror::Error)]
 #[error("signing the origin request: {0}")]

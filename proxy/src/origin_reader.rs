@@ -17,7 +17,7 @@ use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::origin::Origin;
+use crate::origin::{Origin, QUEUE_WAIT};
 
 /// Headers of a HEAD answer that a cached answer replays.
 const REPLAYED: &[&str] = &[
@@ -32,7 +32,6 @@ const REPLAYED: &[&str] = &[
     "x-amz-storage-class",
     "x-amz-server-side-encryption",
 ];
-const QUEUE_WAIT: Duration = Duration::from_secs(10);
 const IDLE: Option<Duration> = Some(Duration::from_secs(60));
 
 /// Reads one origin through Pingora.

@@ -13,11 +13,9 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::origin::QUEUE_WAIT;
 use crate::routes::{Route, RouteTable};
 use crate::{metrics, otel, respond};
-
-/// How long a request may wait for a slot under an origin's concurrency bound.
-const QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 /// Per-request state.
 pub struct Ctx {

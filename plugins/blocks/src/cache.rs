@@ -206,15 +206,20 @@ impl BlockCache {
         Mapping::decode(std::str::from_utf8(e.value()).ok()?, class)
     }
 
-    /// Removes every block of one object version; returns how many block keys were dropped.
-    pub fn remove_blocks(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) -> u64 {
+    /// Every (index, key, store) of one object version's blocks.
+    fn blocks_of_version<'a>(
+        &'a self,
+        bucket: &'a Arc<str>,
+        key: &'a Arc<str>,
+        m: &'a Mapping,
+    ) -> impl Iterator<Item = (BlockKey, Store)> + 'a {
         let bs = self.settings.block_bytes;
         let n = if m.size == 0 {
             0
         } else {
             (m.size - 1) / bs + 1
         };
-        for index in 0..n {
+        (0..n).map(move |index| {
             let k = BlockKey {
                 bucket: bucket.clone(),
                 key: key.clone(),
@@ -222,9 +227,16 @@ impl BlockCache {
                 block_bytes: bs as u32,
                 index,
             };
-            self.pick(self.store_of(m.class, index, m.size))
-                .0
-                .remove(&k);
+            (k, self.store_of(m.class, index, m.size))
+        })
+    }
+
+    /// Removes every block of one object version; returns how many block keys were dropped.
+    pub fn remove_blocks(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) -> u64 {
+        let mut n = 0;
+        for (k, s) in self.blocks_of_version(bucket, key, m) {
+            self.pick(s).0.remove(&k);
+            n += 1;
         }
         n
     }
@@ -232,21 +244,8 @@ impl BlockCache {
     /// Counts one touch of every data block of an object version (a write through Floe is
     /// its first touch, so reading it back passes second-touch admission).
     pub fn touch_blocks(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) {
-        let bs = self.settings.block_bytes;
-        let n = if m.size == 0 {
-            0
-        } else {
-            (m.size - 1) / bs + 1
-        };
-        for index in 0..n {
-            if self.store_of(m.class, index, m.size) == Store::Data {
-                let k = BlockKey {
-                    bucket: bucket.clone(),
-                    key: key.clone(),
-                    etag: m.etag_key.clone(),
-                    block_bytes: bs as u32,
-                    index,
-                };
+        for (k, s) in self.blocks_of_version(bucket, key, m) {
+            if s == Store::Data {
                 self.sketch.touch(k.stable_hash());
             }
         }

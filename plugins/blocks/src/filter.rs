@@ -134,7 +134,7 @@ impl BlockFilter {
             .ok_or("no such object")?;
         if let Some(store) = force {
             if map.class.store != store {
-                let mut m = clone_mapping(&map);
+                let mut m = Mapping::clone(&map);
                 m.class.store = store;
                 m.class.parquet = m.class.parquet && store == Store::Data;
                 map = Arc::new(m);
@@ -220,7 +220,7 @@ impl BlockFilter {
             Ok(None) => match &known {
                 Some(m) => Mapping {
                     checked: Instant::now(),
-                    ..clone_mapping(m)
+                    ..Mapping::clone(m)
                 },
                 None => return Ok(None),
             },
@@ -351,17 +351,6 @@ impl BlockFilter {
         }
         ctx.origin_bytes += missing;
         Ok(true)
-    }
-}
-
-fn clone_mapping(m: &Mapping) -> Mapping {
-    Mapping {
-        etag: m.etag.clone(),
-        etag_key: m.etag_key.clone(),
-        size: m.size,
-        headers: m.headers.clone(),
-        class: m.class,
-        checked: m.checked,
     }
 }
 

@@ -17,7 +17,7 @@ const SHARDS: usize = 32;
 pub const MAX_MAPPINGS: usize = 1 << 20;
 
 /// A resolved object version.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Mapping {
     /// The version's ETag.
     pub etag: ETag,
