@@ -4,14 +4,21 @@
 //! - `GET /stats` -> per store: DRAM usage and ceiling, disk ceiling and I/O, hits, misses,
 //!   insertions, admissions rejected, origin bytes.
 //! - `POST /purge?bucket=B&key=K` or `?bucket=B&prefix=P` -> mappings and blocks dropped.
-//! - `POST /warm?bucket=B&key=K[&range=FIRST-LAST][&store=metadata|data]` -> bytes warmed.
+//! - `POST /warm?bucket=B&key=K[&range=FIRST-LAST|&suffix=N][&store=metadata|data]` -> bytes
+//!   warmed.
+//! - `GET /object?bucket=B&key=K[&range=..|&suffix=N][&store=..]` -> the bytes, read through the
+//!   cache (warming what is missing); `x-floe-object-size`, `x-floe-first-byte` and `etag` say
+//!   where they sit in which version. The control plane reads metadata and footers this way.
+//! - `GET /accesses[?max=N]` -> drains the access queue (served reads) for the heat ledger.
+//! - `POST /classify?bucket=B&store=metadata|data` with a body of keys, one per line -> those
+//!   keys are immutable table files of that store; this outranks the path rules.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use floe_blocks::{BlockCache, BlockFilter, Store, StoreStats};
+use floe_blocks::{BlockCache, BlockFilter, ReadSpan, Store, StoreStats};
 use floe_core::{BucketName, ObjectKey};
 use floe_sigv4::canonical::decode;
 use pingora::apps::http_app::ServeHttp;
@@ -99,7 +106,7 @@ impl AdminApp {
             ("/warm", Some(k), None) => self.warm(filter, &bucket, k, q).await,
             _ => (
                 400,
-                json!({"error": "use /purge?bucket=&key= | &prefix=, or /warm?bucket=&key=[&range=a-b][&store=]"}),
+                json!({"error": "use /purge?bucket=&key= | &prefix=, or /warm?bucket=&key=[&range=a-b|&suffix=n][&store=]"}),
             ),
         }
     }
@@ -111,33 +118,153 @@ impl AdminApp {
         key: &str,
         q: &HashMap<String, String>,
     ) -> (u16, Value) {
-        let (Ok(b), Ok(k)) = (BucketName::parse(bucket), ObjectKey::parse(key)) else {
-            return (400, json!({"error": "invalid bucket or key"}));
+        let (b, k, span, store) = match target(bucket, key, q) {
+            Ok(t) => t,
+            Err(e) => return (400, json!({"error": e})),
         };
-        let range = match q.get("range").map(|r| {
-            r.split_once('-')
-                .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
-        }) {
-            None => None,
-            Some(Some((Ok(a), Ok(b)))) if a <= b => Some((a, b)),
-            Some(_) => return (400, json!({"error": "range must be FIRST-LAST"})),
-        };
-        let store = match q.get("store").map(String::as_str) {
-            None => None,
-            Some("metadata") => Some(Store::Metadata),
-            Some("data") => Some(Store::Data),
-            Some(other) => {
-                return (
-                    400,
-                    json!({"error": format!("store {other:?} is not metadata or data")}),
-                )
-            }
-        };
-        match filter.warm(&b, &k, range, store).await {
+        match filter.warm(&b, &k, span, store).await {
             Ok(bytes) => (200, json!({"bytes": bytes})),
             Err(e) => (502, json!({"error": e})),
         }
     }
+
+    /// `GET /object`: bytes through the cache, raw.
+    async fn object(&self, q: &HashMap<String, String>) -> http::Response<Vec<u8>> {
+        let bucket = q.get("bucket").map(String::as_str).unwrap_or("");
+        let key = q.get("key").map(String::as_str).unwrap_or("");
+        let Some(filter) = self.blocks.get(bucket) else {
+            return reply(
+                404,
+                json!({"error": format!("no cached route for bucket {bucket:?}")}),
+            );
+        };
+        let (b, k, span, store) = match target(bucket, key, q) {
+            Ok(t) => t,
+            Err(e) => return reply(400, json!({"error": e})),
+        };
+        match filter.read(&b, &k, span, store).await {
+            Ok(out) => {
+                let mut resp = http::Response::new(out.bytes.to_vec());
+                let h = resp.headers_mut();
+                for (name, v) in [
+                    ("x-floe-object-size", out.size.to_string()),
+                    ("x-floe-first-byte", out.first.to_string()),
+                    ("etag", out.etag),
+                ] {
+                    if let Ok(v) = http::HeaderValue::from_str(&v) {
+                        h.insert(name, v);
+                    }
+                }
+                resp
+            }
+            Err(e) if e.contains("no such object") => reply(404, json!({"error": e})),
+            Err(e) => reply(502, json!({"error": e})),
+        }
+    }
+
+    /// `GET /accesses`: drains served-read records.
+    fn accesses(&self, q: &HashMap<String, String>) -> (u16, Value) {
+        let Some(c) = &self.cache else {
+            return (404, json!({"error": "no cache configured"}));
+        };
+        let max = q
+            .get("max")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(10_000usize);
+        let rows: Vec<Value> = c
+            .access
+            .drain(max)
+            .into_iter()
+            .map(|a| json!([&*a.bucket, &*a.key, &*a.etag, a.offset, a.len]))
+            .collect();
+        (
+            200,
+            json!({"dropped": c.access.dropped(), "accesses": rows}),
+        )
+    }
+
+    /// `POST /classify`: pins the body's keys as immutable files of one store.
+    async fn classify(
+        &self,
+        session: &mut ServerSession,
+        q: &HashMap<String, String>,
+    ) -> (u16, Value) {
+        let bucket = q.get("bucket").map(String::as_str).unwrap_or("");
+        let Some(filter) = self.blocks.get(bucket) else {
+            return (
+                404,
+                json!({"error": format!("no cached route for bucket {bucket:?}")}),
+            );
+        };
+        let store = match q.get("store").map(String::as_str) {
+            Some("metadata") => Store::Metadata,
+            Some("data") => Store::Data,
+            _ => return (400, json!({"error": "store must be metadata or data"})),
+        };
+        let mut body = Vec::new();
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_CLASSIFY_BODY => {
+                    body.extend_from_slice(&chunk)
+                }
+                Ok(Some(_)) => return (413, json!({"error": "body over 16 MiB"})),
+                Ok(None) => break,
+                Err(e) => return (400, json!({"error": e.to_string()})),
+            }
+        }
+        let keys: Vec<String> = String::from_utf8_lossy(&body)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let pinned = filter.pin(&keys, store);
+        (200, json!({"keys": keys.len(), "pinned": pinned}))
+    }
+}
+
+/// Largest `POST /classify` body: about 100k keys.
+const MAX_CLASSIFY_BODY: usize = 16 << 20;
+
+type Target = (BucketName, ObjectKey, ReadSpan, Option<Store>);
+
+/// Parses the bucket, key, span (`range=FIRST-LAST` or `suffix=N`) and store of a request.
+fn target(bucket: &str, key: &str, q: &HashMap<String, String>) -> Result<Target, String> {
+    let (Ok(b), Ok(k)) = (BucketName::parse(bucket), ObjectKey::parse(key)) else {
+        return Err("invalid bucket or key".into());
+    };
+    let span = match (q.get("range"), q.get("suffix")) {
+        (None, None) => ReadSpan::Whole,
+        (Some(r), None) => match r
+            .split_once('-')
+            .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
+        {
+            Some((Ok(a), Ok(b))) if a <= b => ReadSpan::Range(a, b),
+            _ => return Err("range must be FIRST-LAST".into()),
+        },
+        (None, Some(n)) => match n.parse::<u64>() {
+            Ok(n) if n > 0 => ReadSpan::Suffix(n),
+            _ => return Err("suffix must be a positive byte count".into()),
+        },
+        (Some(_), Some(_)) => return Err("give range or suffix, not both".into()),
+    };
+    let store = match q.get("store").map(String::as_str) {
+        None => None,
+        Some("metadata") => Some(Store::Metadata),
+        Some("data") => Some(Store::Data),
+        Some(other) => return Err(format!("store {other:?} is not metadata or data")),
+    };
+    Ok((b, k, span, store))
+}
+
+fn reply(status: u16, body: Value) -> http::Response<Vec<u8>> {
+    let mut resp = http::Response::new(body.to_string().into_bytes());
+    *resp.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 fn query(q: &str) -> HashMap<String, String> {
@@ -153,26 +280,21 @@ fn query(q: &str) -> HashMap<String, String> {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
-        let (status, body) = if !self.authorized(session) {
-            (401, json!({"error": "missing or wrong bearer token"}))
-        } else {
-            let req = session.req_header();
-            let method = req.method.as_str().to_owned();
-            let path = req.uri.path().to_owned();
-            let q = query(req.uri.query().unwrap_or(""));
-            match (method.as_str(), path.as_str()) {
-                ("GET", "/stats") => self.stats(),
-                ("POST", "/purge" | "/warm") => self.act(&path, &q).await,
-                _ => (404, json!({"error": "unknown admin endpoint"})),
-            }
+        if !self.authorized(session) {
+            return reply(401, json!({"error": "missing or wrong bearer token"}));
+        }
+        let req = session.req_header();
+        let method = req.method.as_str().to_owned();
+        let path = req.uri.path().to_owned();
+        let q = query(req.uri.query().unwrap_or(""));
+        let (status, body) = match (method.as_str(), path.as_str()) {
+            ("GET", "/stats") => self.stats(),
+            ("GET", "/object") => return self.object(&q).await,
+            ("GET", "/accesses") => self.accesses(&q),
+            ("POST", "/classify") => self.classify(session, &q).await,
+            ("POST", "/purge" | "/warm") => self.act(&path, &q).await,
+            _ => (404, json!({"error": "unknown admin endpoint"})),
         };
-        let mut resp = http::Response::new(body.to_string().into_bytes());
-        *resp.status_mut() =
-            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        resp
+        reply(status, body)
     }
 }

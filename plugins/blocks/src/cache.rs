@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use floe_core::{BucketName, ObjectKey, OriginError, OriginReader};
 
+use crate::access::AccessLog;
 use crate::classify::{Class, Classifier, Rule, Store};
 use crate::inflight::{self, Claim, FillError, Inflight};
 use crate::mapping::Mapping;
@@ -66,6 +67,8 @@ pub struct BlockCache {
     pub data_stats: StoreStats,
     /// Metadata store counters.
     pub meta_stats: StoreStats,
+    /// Served reads, drained by the control plane's heat ledger.
+    pub access: AccessLog,
     sketch: Sketch,
     inflight: Inflight,
     classifier: Classifier,
@@ -103,6 +106,7 @@ impl BlockCache {
             meta,
             data_stats,
             meta_stats,
+            access: AccessLog::default(),
             sketch: Sketch::new(width),
             inflight: Inflight::default(),
             classifier,

@@ -1,7 +1,8 @@
 //! The `blocks` request filter: serves GetObject/HeadObject of a route from the block cache and
 //! drops mappings on writes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -12,8 +13,9 @@ use floe_core::{
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
+use crate::access::Access;
 use crate::cache::{BlockCache, BlockReader, Target};
-use crate::classify::Store;
+use crate::classify::Class;
 use crate::inflight::{wait_for, Claim, FillError, SingleFlight};
 use crate::mapping::{Mapping, MappingTable};
 use crate::range::{block_span, blocks_of, resolve, RangeAsk};
@@ -40,11 +42,13 @@ const PASS_HEADERS: &[&str] = &[
 /// The block-cache stage of one route.
 #[derive(Clone)]
 pub struct BlockFilter {
-    cache: Arc<BlockCache>,
-    origin: Arc<dyn OriginReader>,
-    bucket_key: Arc<str>,
-    map: Arc<MappingTable>,
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) origin: Arc<dyn OriginReader>,
+    pub(crate) bucket_key: Arc<str>,
+    pub(crate) map: Arc<MappingTable>,
     resolving: Arc<SingleFlight<String, Resolved>>,
+    /// Classes the control plane sent (from the catalog); they outrank the path rules.
+    pub(crate) pinned: Arc<RwLock<HashMap<Box<str>, Class>>>,
 }
 
 /// The outcome of resolving a key, shared by concurrent requests for it.
@@ -59,6 +63,7 @@ impl BlockFilter {
             bucket_key: Arc::from(bucket),
             map: Arc::new(MappingTable::default()),
             resolving: Arc::new(SingleFlight::default()),
+            pinned: Arc::default(),
         }
     }
 
@@ -73,99 +78,11 @@ impl BlockFilter {
         self.map.drop_prefix(prefix)
     }
 
-    /// Purges a key: its mapping and every block of its known version. Returns blocks removed.
-    pub fn purge_key(&self, key: &str) -> u64 {
-        let removed = match self.map.get(key) {
-            Some(m) => self
-                .cache
-                .remove_blocks(&self.bucket_key, &Arc::from(key), &m),
-            None => 0,
-        };
-        self.invalidate(key);
-        removed
-    }
-
-    /// Purges every known key under `prefix`. Returns (keys, blocks) removed.
-    pub fn purge_prefix(&self, prefix: &str) -> (u64, u64) {
-        let keys = self.map.keys_with_prefix(prefix);
-        let blocks = keys.iter().map(|k| self.purge_key(k)).sum();
-        (keys.len() as u64, blocks)
-    }
-
-    /// Most bytes one written object is read back into the cache for: a quarter of the data
-    /// store's DRAM, so one large upload cannot displace the working set.
-    fn write_through_cap(&self) -> u64 {
-        (self.cache.settings.data.dram_bytes / 4) as u64
-    }
-
-    async fn write_through(&self, bucket: &BucketName, key: &ObjectKey) -> Result<u64, String> {
-        let mut ctx = FilterCtx::new(S3Op::GetObject);
-        ctx.bucket = Some(bucket.clone());
-        ctx.key = Some(key.clone());
-        let (map, _) = self
-            .resolve(&ctx)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("gone")?;
-        if map.size > self.write_through_cap() {
-            return Err(format!("{} bytes is over the write-through cap", map.size));
-        }
-        self.cache
-            .touch_blocks(&self.bucket_key, &key.shared(), &map);
-        self.warm(bucket, key, None, None).await
-    }
-
-    /// Reads bytes `first..=last` (whole object when `None`) of `key` into the cache, in the
-    /// store `force` names (metadata or data) or as classified. Returns bytes warmed.
-    pub async fn warm(
-        &self,
-        bucket: &BucketName,
-        key: &ObjectKey,
-        range: Option<(u64, u64)>,
-        force: Option<Store>,
-    ) -> Result<u64, String> {
-        let mut ctx = FilterCtx::new(S3Op::GetObject);
-        ctx.bucket = Some(bucket.clone());
-        ctx.key = Some(key.clone());
-        let (mut map, _) = self
-            .resolve(&ctx)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no such object")?;
-        if let Some(store) = force {
-            if map.class.store != store {
-                let mut m = Mapping::clone(&map);
-                m.class.store = store;
-                m.class.parquet = m.class.parquet && store == Store::Data;
-                map = Arc::new(m);
-                self.map.put(key.as_str(), map.clone());
-            }
-        }
-        if map.size == 0 {
-            return Ok(0);
-        }
-        let (first, last) = range.map_or((0, map.size - 1), |(a, b)| {
-            (a.min(map.size - 1), b.min(map.size - 1))
-        });
-        let bs = self.cache.settings.block_bytes;
-        let (b0, b1) = blocks_of(first, last, bs);
-        let target = Target {
-            bucket: bucket.clone(),
-            key: key.clone(),
-            bucket_key: self.bucket_key.clone(),
-            object_key: key.shared(),
-            map: map.clone(),
-        };
-        let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
-        let mut bytes = 0;
-        for i in b0..=b1 {
-            bytes += reader.block(i).await.map_err(|e| format!("{e:?}"))?.len() as u64;
-        }
-        Ok(bytes)
-    }
-
     /// Resolves the current version of `key`: `Ok(None)` means "let the origin answer".
-    async fn resolve(&self, ctx: &FilterCtx) -> Result<Option<(Arc<Mapping>, bool)>, OriginError> {
+    pub(crate) async fn resolve(
+        &self,
+        ctx: &FilterCtx,
+    ) -> Result<Option<(Arc<Mapping>, bool)>, OriginError> {
         let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
             return Ok(None);
         };
@@ -176,7 +93,7 @@ impl BlockFilter {
             }
         }
         // Classification (glob matching) only on the slow path; known keys carry their class.
-        let class = self.cache.classify(key.as_str());
+        let class = self.class_of(key.as_str());
         // Concurrent cold requests for one key share one HEAD.
         let name = key.as_str().to_owned();
         match self.resolving.claim(&name) {
@@ -350,6 +267,13 @@ impl BlockFilter {
                 .map_err(internal)?;
         }
         ctx.origin_bytes += missing;
+        self.cache.access.record(Access {
+            bucket: self.bucket_key.clone(),
+            key: key.shared(),
+            etag: map.etag_key.clone(),
+            offset: first,
+            len: body_len,
+        });
         Ok(true)
     }
 }

@@ -8,16 +8,20 @@
 //! assert_eq!(resolve(Some("bytes=-4"), 10), RangeAsk::Part { first: 6, last: 9 });
 //! ```
 
+pub mod access;
 mod cache;
 pub mod classify;
 mod filter;
 mod inflight;
 mod mapping;
+mod ops;
 pub mod range;
 mod sketch;
 mod store;
 
+pub use access::{Access, AccessLog};
 pub use cache::{BlockCache, CacheSettings, StoreStats};
-pub use classify::Store;
+pub use classify::{Class, Store};
 pub use filter::BlockFilter;
+pub use ops::{ReadOut, ReadSpan};
 pub use store::{BlockStore, StoreSettings, REGION_BYTES};

@@ -1,0 +1,285 @@
+//! floe-control's configuration. [`FileConfig`] is what operators write (YAML, unknown keys
+//! refused, every default named); [`Settings`] is the validated runtime form with secrets resolved.
+//! Errors name the file, the key path and the reason.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A whole floe-control config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// The Iceberg REST catalog to follow.
+    pub catalog: CatalogSection,
+    /// Which namespaces and tables to follow. Default: every table of every top-level namespace.
+    #[serde(default)]
+    pub follow: Vec<FollowSection>,
+    /// The Floe nodes' admin endpoints; the first one serves the control plane's reads.
+    pub nodes: Vec<NodeSection>,
+    /// Warming budgets.
+    #[serde(default)]
+    pub warm: WarmSection,
+    /// Compaction prefetch.
+    #[serde(default)]
+    pub prefetch: PrefetchSection,
+    /// The heat ledger.
+    #[serde(default)]
+    pub heat: HeatSection,
+    /// The status endpoint `floe-control status` reads. Default 127.0.0.1:9102.
+    #[serde(default = "default_status")]
+    pub status_address: String,
+}
+
+/// The catalog: REST URI, optional warehouse, and auth (a bearer token or OAuth2 client
+/// credentials, or neither).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSection {
+    /// Base URI, e.g. `http://127.0.0.1:8181`.
+    pub uri: String,
+    /// Warehouse name or location sent to `GET /v1/config`. Default none.
+    #[serde(default)]
+    pub warehouse: Option<String>,
+    /// Bearer token inline.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Environment variable holding a bearer token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// OAuth2 client credentials.
+    #[serde(default)]
+    pub oauth2: Option<OAuth2Section>,
+    /// Poll interval. Default 5000 ms: a commit is warm within seconds; a listing per table every
+    /// 5 s is negligible load on a catalog.
+    #[serde(default = "default_poll_ms")]
+    pub poll_interval_ms: u64,
+}
+
+/// OAuth2 client-credentials flow against the catalog's token endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuth2Section {
+    /// Client id.
+    pub client_id: String,
+    /// Environment variable holding the client secret.
+    pub client_secret_env: String,
+    /// Token endpoint. Default: the catalog's `v1/oauth/tokens`.
+    #[serde(default)]
+    pub server_uri: Option<String>,
+    /// Scope. Default `catalog`.
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+/// One followed namespace.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FollowSection {
+    /// Namespace, dotted for nesting (`a.b`).
+    pub namespace: String,
+    /// Tables in it; empty means all of them (re-listed every poll).
+    #[serde(default)]
+    pub tables: Vec<String>,
+}
+
+/// One Floe node's admin API.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// Admin base URL, e.g. `http://127.0.0.1:9101`.
+    pub admin: String,
+    /// Admin token inline.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Environment variable holding the admin token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+/// Warming budgets.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmSection {
+    /// Objects warmed at once. Default 8: enough to hide a 30 ms origin round trip behind the
+    /// others without queueing on the proxy's per-origin bound.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Byte rate of warming and prefetch together. Default 64 MiB/s: a fraction of a node's
+    /// origin bandwidth, so foreground misses keep most of it.
+    #[serde(default = "default_rate")]
+    pub bytes_per_sec: u64,
+    /// Most bytes one table's metadata and footers may take per commit; over it warming stops
+    /// and the status says so. Default 256 MiB (the metadata store's usual DRAM share).
+    #[serde(default = "default_budget")]
+    pub table_budget_bytes: u64,
+    /// First footer read per Parquet file (a suffix). Default 64 KiB, the proxy's footer size.
+    #[serde(default = "default_footer")]
+    pub footer_bytes: u64,
+}
+
+/// Prefetch after compaction.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchSection {
+    /// Default on.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Hottest (partition, column) pairs warmed per table. Default 32.
+    #[serde(default = "default_pairs")]
+    pub top_pairs: usize,
+    /// Most bytes prefetched per replace commit. Default 1 GiB.
+    #[serde(default = "default_prefetch_budget")]
+    pub budget_bytes: u64,
+    /// Grace before the files of replaced snapshots are purged from the cache. Default none
+    /// (never purged: eviction handles them); set it to the table's snapshot-expiry age.
+    #[serde(default)]
+    pub purge_after_ms: Option<u64>,
+}
+
+/// The heat ledger.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeatSection {
+    /// Where the ledger persists. Default `.floe-control/heat.json`.
+    #[serde(default = "default_heat_path")]
+    pub path: PathBuf,
+    /// Heat halves every this many seconds. Default 3600: yesterday's hot set fades by morning.
+    #[serde(default = "default_half_life")]
+    pub half_life_secs: u64,
+    /// How often accesses are pulled from the nodes. Default 1000 ms.
+    #[serde(default = "default_pull_ms")]
+    pub pull_interval_ms: u64,
+}
+
+fn default_status() -> String {
+    "127.0.0.1:9102".into()
+}
+fn default_poll_ms() -> u64 {
+    5000
+}
+fn default_concurrency() -> usize {
+    8
+}
+fn default_rate() -> u64 {
+    64 << 20
+}
+fn default_budget() -> u64 {
+    256 << 20
+}
+fn default_footer() -> u64 {
+    64 << 10
+}
+fn default_true() -> bool {
+    true
+}
+fn default_pairs() -> usize {
+    32
+}
+fn default_prefetch_budget() -> u64 {
+    1 << 30
+}
+fn default_heat_path() -> PathBuf {
+    PathBuf::from(".floe-control/heat.json")
+}
+fn default_half_life() -> u64 {
+    3600
+}
+fn default_pull_ms() -> u64 {
+    1000
+}
+
+impl Default for WarmSection {
+    fn default() -> Self {
+        Self {
+            concurrency: default_concurrency(),
+            bytes_per_sec: default_rate(),
+            table_budget_bytes: default_budget(),
+            footer_bytes: default_footer(),
+        }
+    }
+}
+
+impl Default for PrefetchSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            top_pairs: default_pairs(),
+            budget_bytes: default_prefetch_budget(),
+            purge_after_ms: None,
+        }
+    }
+}
+
+impl Default for HeatSection {
+    fn default() -> Self {
+        Self {
+            path: default_heat_path(),
+            half_life_secs: default_half_life(),
+            pull_interval_ms: default_pull_ms(),
+        }
+    }
+}
+
+/// A config problem: file, key path, reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {reason}")]
+pub struct ConfigError {
+    /// The config file.
+    pub file: String,
+    /// The offending key path.
+    pub key: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// A validated node.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Admin base URL without a trailing slash.
+    pub admin: String,
+    /// Bearer token.
+    pub token: String,
+}
+
+/// The validated runtime settings.
+#[derive(Debug)]
+pub struct Settings {
+    /// Catalog properties for iceberg-catalog-rest (uri, warehouse, token or credential...).
+    pub catalog_props: Vec<(String, String)>,
+    /// Poll interval.
+    pub poll: Duration,
+    /// Followed namespaces and tables.
+    pub follow: Vec<(Vec<String>, Vec<String>)>,
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Warming budgets.
+    pub warm: WarmSection,
+    /// Prefetch.
+    pub prefetch: PrefetchSection,
+    /// Heat ledger.
+    pub heat: HeatSection,
+    /// Status listener.
+    pub status_address: std::net::SocketAddr,
+}
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        key: "(file)".into(),
+        reason: e.to_string(),
+    })?;
+    parse(&file, &text, &|v| std::env::var(v).ok())
+}
+
+/// Parses and validates config text; `env` resolves environment variables.
+pub fn parse(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Settings, ConfigError> {
+    crate::validate::validate(file, text, env)
+}

@@ -1,0 +1,63 @@
+//! floe-control: follows an Iceberg REST catalog and keeps Floe's caches ahead of the engines.
+//!
+//! Four named workers share one [`state::Control`]: the **watcher** polls the catalog and hands
+//! each commit to the **warmer**, which walks metadata.json, the manifest list, manifests and
+//! Parquet footers into the proxies' metadata stores and publishes the file map; the **heat**
+//! worker drains the proxies' access reports into a ledger by (table, partition, column); after
+//! a compaction the warmer's **prefetch** step warms the hottest column chunks of the new files.
+//! A fifth, **status**, serves the JSON `floe-control status` prints.
+//!
+//! ```
+//! let s = floe_control::config::parse(
+//!     "example.yaml",
+//!     "catalog: {uri: 'http://127.0.0.1:8181'}\nnodes: [{admin: 'http://127.0.0.1:9101', token: t}]",
+//!     &|_| None,
+//! ).unwrap();
+//! assert_eq!(s.poll.as_secs(), 5);
+//! ```
+
+pub mod config;
+pub mod heat;
+pub mod mapper;
+pub mod node;
+pub mod prefetch;
+pub mod pull;
+pub mod state;
+pub mod status;
+pub mod storage;
+mod validate;
+pub mod warmer;
+pub mod watcher;
+pub mod worker;
+
+use tokio::sync::{mpsc, watch};
+
+/// Starts every worker; returns when `stop` flips and they have finished (the ledger saved).
+pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(settings.status_address).await?;
+    let ctl = state::Control::new(settings);
+    let (tx, rx) = mpsc::channel(64);
+    let b = &ctl.board;
+    let tasks = vec![
+        worker::spawn(
+            b.handle("watcher"),
+            watcher::run(ctl.clone(), b.handle("watcher"), tx, stop.clone()),
+        ),
+        worker::spawn(
+            b.handle("warmer"),
+            warmer::run(ctl.clone(), b.handle("warmer"), rx, stop.clone()),
+        ),
+        worker::spawn(
+            b.handle("heat"),
+            pull::run(ctl.clone(), b.handle("heat"), stop.clone()),
+        ),
+        worker::spawn(
+            b.handle("status"),
+            status::serve(ctl.clone(), b.handle("status"), listener, stop.clone()),
+        ),
+    ];
+    for t in tasks {
+        t.await?;
+    }
+    Ok(())
+}

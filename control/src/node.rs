@@ -1,0 +1,251 @@
+//! A client of one Floe node's admin API (see floe-proxy's admin.rs): read through the cache,
+//! warm, purge, pin classes, drain accesses.
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::config::Node;
+
+/// An admin API failure.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The node did not answer.
+    #[error("node {0} unreachable: {1}")]
+    Unreachable(String, String),
+    /// The object is not at the origin.
+    #[error("no such object s3://{0}")]
+    NotFound(String),
+    /// The node answered with an error.
+    #[error("node {node} answered {status}: {body}")]
+    Status {
+        /// Node URL.
+        node: String,
+        /// HTTP status.
+        status: u16,
+        /// Error text.
+        body: String,
+    },
+}
+
+/// Which store of the proxy's cache a read lands in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// metadata.json, manifests, footers.
+    Metadata,
+    /// Column chunks.
+    Data,
+}
+
+impl Store {
+    fn as_str(self) -> &'static str {
+        match self {
+            Store::Metadata => "metadata",
+            Store::Data => "data",
+        }
+    }
+}
+
+/// Which bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    /// Whole object.
+    Whole,
+    /// Bytes first..=last.
+    Range(u64, u64),
+    /// Last n bytes.
+    Suffix(u64),
+}
+
+/// Bytes of an object and where they sit.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// The bytes.
+    pub bytes: Bytes,
+    /// Offset of the first byte.
+    pub first: u64,
+    /// Object size.
+    pub size: u64,
+}
+
+/// One served read reported by a node: bucket, key, ETag, offset, length.
+pub type Access = (String, String, String, u64, u64);
+
+#[derive(Deserialize)]
+struct Accesses {
+    dropped: u64,
+    accesses: Vec<Access>,
+}
+
+/// A node's admin client.
+#[derive(Debug, Clone)]
+pub struct NodeClient {
+    node: Node,
+    http: reqwest::Client,
+}
+
+impl NodeClient {
+    /// A client for `node`.
+    pub fn new(node: Node) -> Self {
+        Self {
+            node,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The node's admin URL.
+    pub fn url(&self) -> &str {
+        &self.node.admin
+    }
+
+    fn query(bucket: &str, key: &str, span: Span, store: Option<Store>) -> Vec<(String, String)> {
+        let mut q = vec![("bucket".into(), bucket.into()), ("key".into(), key.into())];
+        match span {
+            Span::Whole => {}
+            Span::Range(a, b) => q.push(("range".into(), format!("{a}-{b}"))),
+            Span::Suffix(n) => q.push(("suffix".into(), n.to_string())),
+        }
+        if let Some(s) = store {
+            q.push(("store".into(), s.as_str().into()));
+        }
+        q
+    }
+
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<reqwest::Response, NodeError> {
+        let resp = req
+            .bearer_auth(&self.node.token)
+            .send()
+            .await
+            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))?;
+        let status = resp.status().as_u16();
+        if status == 404 && what.starts_with("object") {
+            return Err(NodeError::NotFound(
+                what.trim_start_matches("object ").into(),
+            ));
+        }
+        if status != 200 {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(NodeError::Status {
+                node: self.node.admin.clone(),
+                status,
+                body,
+            });
+        }
+        Ok(resp)
+    }
+
+    /// Reads `span` of s3://bucket/key through the node's cache, into `store`.
+    pub async fn read(
+        &self,
+        bucket: &str,
+        key: &str,
+        span: Span,
+        store: Option<Store>,
+    ) -> Result<Read, NodeError> {
+        let req = self
+            .http
+            .get(format!("{}/object", self.node.admin))
+            .query(&Self::query(bucket, key, span, store));
+        let resp = self.send(req, &format!("object {bucket}/{key}")).await?;
+        let num = |h: &str| {
+            resp.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (first, size) = (num("x-floe-first-byte"), num("x-floe-object-size"));
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))?;
+        Ok(Read { bytes, first, size })
+    }
+
+    /// Warms `span` of s3://bucket/key into `store`; returns bytes warmed.
+    pub async fn warm(
+        &self,
+        bucket: &str,
+        key: &str,
+        span: Span,
+        store: Option<Store>,
+    ) -> Result<u64, NodeError> {
+        let req = self
+            .http
+            .post(format!("{}/warm", self.node.admin))
+            .query(&Self::query(bucket, key, span, store));
+        let v: serde_json::Value = self.json(req, "warm").await?;
+        Ok(v["bytes"].as_u64().unwrap_or(0))
+    }
+
+    /// Purges one key (mapping and blocks).
+    pub async fn purge(&self, bucket: &str, key: &str) -> Result<(), NodeError> {
+        let req = self
+            .http
+            .post(format!("{}/purge", self.node.admin))
+            .query(&[("bucket", bucket), ("key", key)]);
+        self.send(req, "purge").await.map(|_| ())
+    }
+
+    /// Pins `keys` of `bucket` as immutable table files of `store`.
+    pub async fn classify(
+        &self,
+        bucket: &str,
+        keys: &[String],
+        store: Store,
+    ) -> Result<(), NodeError> {
+        let req = self
+            .http
+            .post(format!("{}/classify", self.node.admin))
+            .query(&[("bucket", bucket), ("store", store.as_str())])
+            .body(keys.join("\n"));
+        self.send(req, "classify").await.map(|_| ())
+    }
+
+    /// Drains up to `max` access records; returns them and the node's dropped count.
+    pub async fn accesses(&self, max: usize) -> Result<(Vec<Access>, u64), NodeError> {
+        let req = self
+            .http
+            .get(format!("{}/accesses", self.node.admin))
+            .query(&[("max", max)]);
+        let a: Accesses = self.json(req, "accesses").await?;
+        Ok((a.accesses, a.dropped))
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<T, NodeError> {
+        let resp = self.send(req, what).await?;
+        resp.json()
+            .await
+            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))
+    }
+}
+
+/// Splits `s3://bucket/key` (also s3a/s3n) into bucket and key.
+pub fn split_location(loc: &str) -> Option<(&str, &str)> {
+    let rest = loc
+        .strip_prefix("s3://")
+        .or_else(|| loc.strip_prefix("s3a://"))
+        .or_else(|| loc.strip_prefix("s3n://"))?;
+    let (b, k) = rest.split_once('/')?;
+    (!b.is_empty() && !k.is_empty()).then_some((b, k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_split() {
+        assert_eq!(split_location("s3://b/k/x.avro"), Some(("b", "k/x.avro")));
+        assert_eq!(split_location("s3a://b/k"), Some(("b", "k")));
+        assert_eq!(split_location("file:///tmp/x"), None);
+        assert_eq!(split_location("s3://b/"), None);
+    }
+}

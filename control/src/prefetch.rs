@@ -1,0 +1,102 @@
+//! Prefetch after a compaction (a `replace` snapshot): the replacement files' footers are warm
+//! already (the warmer read them); this warms the column chunks of the table's hottest
+//! (partition, column) pairs in those files, within a per-commit budget and the byte rate shared
+//! with the warmer. Heat is keyed by partition and column, not file, so it carries across.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::{stream, StreamExt};
+
+use crate::node::Span;
+use crate::state::Control;
+use crate::warmer::LiveFile;
+
+/// Warms the hot column chunks of the files a replace commit added. Returns bytes prefetched.
+pub async fn after_replace(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -> u64 {
+    let hot: HashSet<(String, String)> = ctl
+        .heat
+        .top(Some(table), ctl.settings.prefetch.top_pairs)
+        .into_iter()
+        .map(|((_, p, c), _)| (p, c))
+        .collect();
+    if hot.is_empty() {
+        return 0;
+    }
+    let files = ctl.files.load();
+    let mut ranges = Vec::new();
+    for f in live.iter().filter(|f| f.new) {
+        let Some(info) = files.get(&f.loc) else {
+            continue;
+        };
+        for c in &info.chunks {
+            if c.len > 0 && hot.contains(&(info.partition.to_string(), c.column.to_string())) {
+                ranges.push((f.loc.clone(), c.start, c.start + c.len - 1));
+            }
+        }
+    }
+    // Adjacent chunks of one file become one warm (fewer, larger origin reads).
+    ranges.sort();
+    let merged = merge(ranges);
+    let budget = ctl.settings.prefetch.budget_bytes;
+    let mut planned = 0u64;
+    let within: Vec<_> = merged
+        .into_iter()
+        .take_while(|(_, a, b)| {
+            planned += b - a + 1;
+            planned <= budget
+        })
+        .collect();
+    let done: Vec<u64> = stream::iter(within)
+        .map(|(l, a, b)| async move {
+            ctl.rate.acquire(b - a + 1).await;
+            let mut warmed = 0;
+            for n in &ctl.nodes {
+                match n.warm(&l.0, &l.1, Span::Range(a, b), None).await {
+                    Ok(w) => warmed = w,
+                    Err(e) => tracing::warn!(key = %l.1, error = %e, "prefetch failed"),
+                }
+            }
+            warmed
+        })
+        .buffer_unordered(ctl.settings.warm.concurrency)
+        .collect()
+        .await;
+    let total = done.iter().sum();
+    ctl.table(table, |t| t.warm.prefetched_bytes += total);
+    total
+}
+
+type Range = ((String, String), u64, u64);
+
+/// Merges sorted ranges of the same file that touch or overlap.
+fn merge(sorted: Vec<Range>) -> Vec<Range> {
+    let mut out: Vec<Range> = Vec::new();
+    for r in sorted {
+        match out.last_mut() {
+            Some(last) if last.0 == r.0 && r.1 <= last.2 + 1 => last.2 = last.2.max(r.2),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjacent_ranges_of_one_file_merge() {
+        let k = |s: &str| ("b".to_owned(), s.to_owned());
+        let got = merge(vec![
+            (k("f"), 0, 9),
+            (k("f"), 10, 19),
+            (k("f"), 30, 39),
+            (k("g"), 40, 49),
+        ]);
+        assert_eq!(
+            got,
+            vec![(k("f"), 0, 19), (k("f"), 30, 39), (k("g"), 40, 49)]
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! The control plane's shared state: nodes, followed tables and their warm progress, the file
+//! map, the heat ledger, the byte-rate limiter and the worker board.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::config::Settings;
+use crate::heat::Ledger;
+use crate::mapper::FileMap;
+use crate::node::NodeClient;
+use crate::worker::Board;
+
+/// Warm progress of one table's current commit.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WarmProgress {
+    /// `pending`, `warming`, `warm`, `over-budget`, `failed`.
+    pub phase: String,
+    /// Objects to warm (metadata.json, manifest list, manifests, footers).
+    pub total: u64,
+    /// Objects warmed.
+    pub done: u64,
+    /// Bytes warmed (whole blocks).
+    pub bytes: u64,
+    /// Bytes prefetched after a compaction.
+    pub prefetched_bytes: u64,
+    /// Why warming stopped early, when it did.
+    pub note: String,
+}
+
+/// One followed table.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TableState {
+    /// Current metadata.json location.
+    pub metadata_location: String,
+    /// Current snapshot id.
+    pub snapshot_id: Option<i64>,
+    /// The current snapshot's operation (append, overwrite, replace, delete).
+    pub operation: String,
+    /// Data files in the current snapshot.
+    pub data_files: u64,
+    /// Commits seen since start.
+    pub commits: u64,
+    /// Warm progress.
+    pub warm: WarmProgress,
+}
+
+/// Shared state of one floe-control process.
+pub struct Control {
+    /// Settings.
+    pub settings: Settings,
+    /// Admin clients, first one serves reads.
+    pub nodes: Vec<NodeClient>,
+    /// Followed tables by `namespace.table`.
+    pub tables: RwLock<BTreeMap<String, TableState>>,
+    /// The file map.
+    pub files: FileMap,
+    /// The heat ledger.
+    pub heat: Ledger,
+    /// Byte-rate limit of warming and prefetch together.
+    pub rate: RateLimit,
+    /// Worker states.
+    pub board: Board,
+}
+
+impl Control {
+    /// Builds the state from settings; loads the persisted heat ledger.
+    pub fn new(settings: Settings) -> Arc<Self> {
+        let nodes = settings
+            .nodes
+            .iter()
+            .cloned()
+            .map(NodeClient::new)
+            .collect();
+        let heat = Ledger::open(&settings.heat.path, settings.heat.half_life_secs);
+        let rate = RateLimit::new(settings.warm.bytes_per_sec);
+        Arc::new(Self {
+            settings,
+            nodes,
+            tables: RwLock::default(),
+            files: FileMap::default(),
+            heat,
+            rate,
+            board: Board::default(),
+        })
+    }
+
+    /// Updates one table's state.
+    pub fn table(&self, name: &str, f: impl FnOnce(&mut TableState)) {
+        if let Ok(mut t) = self.tables.write() {
+            f(t.entry(name.to_owned()).or_default());
+        }
+    }
+
+    /// A copy of every table's state.
+    pub fn tables(&self) -> BTreeMap<String, TableState> {
+        self.tables.read().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+/// A byte-rate limiter: each caller is scheduled after the bytes before it have "drained" at
+/// the configured rate. One lock per warmed object, never on a request path.
+pub struct RateLimit {
+    per_byte: f64,
+    next: Mutex<Instant>,
+}
+
+impl RateLimit {
+    /// A limiter at `bytes_per_sec`.
+    pub fn new(bytes_per_sec: u64) -> Self {
+        Self {
+            per_byte: 1.0 / bytes_per_sec.max(1) as f64,
+            next: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Waits for the right to move `bytes`.
+    pub async fn acquire(&self, bytes: u64) {
+        let start = {
+            let mut next = self.next.lock().await;
+            let now = Instant::now();
+            let start = (*next).max(now);
+            *next = start + Duration::from_secs_f64(bytes as f64 * self.per_byte);
+            start
+        };
+        tokio::time::sleep_until(start).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limit_spaces_callers() {
+        let r = RateLimit::new(1 << 20);
+        let t0 = tokio::time::Instant::now();
+        r.acquire(1 << 20).await; // first goes at once
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        r.acquire(1).await; // waits for the first MiB to drain
+        assert!(t0.elapsed() >= Duration::from_millis(999));
+    }
+}

@@ -1,0 +1,153 @@
+//! The status endpoint (`GET /status`, JSON) and the `floe-control status` printer.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::state::Control;
+use crate::worker::{Handle, Shutdown};
+
+/// The status document.
+pub fn document(ctl: &Control) -> Value {
+    let heat: Vec<Value> = ctl
+        .heat
+        .top(None, 20)
+        .into_iter()
+        .map(|((t, p, c), v)| json!({"table": t, "partition": p, "column": c, "bytes": v.round()}))
+        .collect();
+    json!({
+        "workers": ctl.board.snapshot(),
+        "tables": ctl.tables(),
+        "mapped_files": ctl.files.len(),
+        "heat": heat,
+        "unmapped_accesses": ctl.heat.unmapped(),
+    })
+}
+
+/// Serves `GET /status` until shutdown. A one-route, read-only endpoint on a private address:
+/// the request line is all it reads, so no HTTP framework is pulled in for it.
+pub async fn serve(ctl: Arc<Control>, h: Handle, listener: TcpListener, mut stop: Shutdown) {
+    h.set(
+        "idle",
+        listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
+    );
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((mut sock, _)) = accepted else {
+            continue;
+        };
+        let ctl = ctl.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            let n = sock.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let (code, body) = if head.starts_with("GET /status ") {
+                ("200 OK", document(&ctl).to_string())
+            } else {
+                ("404 Not Found", "{\"error\":\"GET /status\"}".to_owned())
+            };
+            let resp = format!(
+                "HTTP/1.1 {code}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
+/// Renders the status document for a terminal.
+pub fn render(doc: &Value) -> String {
+    let mut out = String::from("TABLES\n");
+    if let Some(tables) = doc["tables"].as_object() {
+        for (name, t) in tables {
+            let w = &t["warm"];
+            let (done, total) = (
+                w["done"].as_u64().unwrap_or(0),
+                w["total"].as_u64().unwrap_or(0),
+            );
+            out += &format!(
+                "  {name}  snapshot {}  {}  files {}  {} {} {done}/{total}  {} B warmed, {} B prefetched {}\n",
+                t["snapshot_id"],
+                t["operation"].as_str().unwrap_or(""),
+                t["data_files"],
+                w["phase"].as_str().unwrap_or(""),
+                bar(done, total),
+                w["bytes"],
+                w["prefetched_bytes"],
+                w["note"].as_str().unwrap_or(""),
+            );
+        }
+    }
+    out += "WORKERS\n";
+    if let Some(ws) = doc["workers"].as_object() {
+        for (name, w) in ws {
+            out += &format!(
+                "  {name:<10} {:<9} runs {:<6} {} {}\n",
+                w["state"].as_str().unwrap_or(""),
+                w["runs"],
+                w["detail"].as_str().unwrap_or(""),
+                w["last_error"][1]
+                    .as_str()
+                    .map(|e| format!("(last error: {e})"))
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    out += "HEAT (bytes read, decayed)\n";
+    if let Some(rows) = doc["heat"].as_array() {
+        for r in rows {
+            out += &format!(
+                "  {:>12}  {}  {}  {}\n",
+                r["bytes"],
+                r["table"].as_str().unwrap_or(""),
+                r["partition"].as_str().unwrap_or(""),
+                r["column"].as_str().unwrap_or("")
+            );
+        }
+    }
+    out
+}
+
+/// A 20-cell progress bar.
+fn bar(done: u64, total: u64) -> String {
+    let filled = (done.min(total) * 20).checked_div(total).unwrap_or(20) as usize;
+    format!("[{}{}]", "#".repeat(filled), ".".repeat(20 - filled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_fills_in_proportion() {
+        assert_eq!(
+            bar(5, 10),
+            format!("[{}{}]", "#".repeat(10), ".".repeat(10))
+        );
+        assert_eq!(bar(0, 0), format!("[{}]", "#".repeat(20)));
+    }
+
+    #[test]
+    fn render_shows_tables_workers_heat() {
+        let doc = json!({
+            "tables": {"db.t": {"snapshot_id": 7, "operation": "append", "data_files": 2,
+                "warm": {"phase": "warming", "done": 1, "total": 4, "bytes": 10, "prefetched_bytes": 0, "note": ""}}},
+            "workers": {"watcher": {"state": "idle", "runs": 3, "detail": "", "last_error": null}},
+            "heat": [{"table": "db.t", "partition": "p=1", "column": "v", "bytes": 42.0}],
+        });
+        let s = render(&doc);
+        assert!(
+            s.contains("db.t  snapshot 7  append  files 2  warming [#####...............] 1/4"),
+            "{s}"
+        );
+        assert!(s.contains("watcher") && s.contains("p=1  v"), "{s}");
+    }
+}

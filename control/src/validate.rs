@@ -1,0 +1,208 @@
+//! Turns a [`FileConfig`] into [`Settings`]: URLs parsed, secrets resolved, ranges checked.
+
+use std::time::Duration;
+
+use crate::config::{ConfigError, FileConfig, Node, Settings};
+
+struct Cx<'a> {
+    file: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Cx<'_> {
+    fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn var(&self, key: &str, var: &str) -> Result<String, ConfigError> {
+        match (self.env)(var) {
+            Some(v) if !v.is_empty() => Ok(v),
+            _ => Err(self.err(key, format!("environment variable {var} is not set"))),
+        }
+    }
+
+    fn url(&self, key: &str, v: &str) -> Result<String, ConfigError> {
+        let u = url::Url::parse(v).map_err(|e| self.err(key, format!("{v:?}: {e}")))?;
+        if !matches!(u.scheme(), "http" | "https") {
+            return Err(self.err(key, format!("{v:?}: scheme must be http or https")));
+        }
+        Ok(v.trim_end_matches('/').to_owned())
+    }
+}
+
+/// Validates `text` (the contents of `file`).
+pub fn validate(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Settings, ConfigError> {
+    let cx = Cx { file, env };
+    let c: FileConfig =
+        serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
+    let mut props = vec![("uri".to_owned(), cx.url("catalog.uri", &c.catalog.uri)?)];
+    if let Some(w) = &c.catalog.warehouse {
+        props.push(("warehouse".into(), w.clone()));
+    }
+    let auth = [
+        c.catalog.token.is_some(),
+        c.catalog.token_env.is_some(),
+        c.catalog.oauth2.is_some(),
+    ];
+    if auth.iter().filter(|x| **x).count() > 1 {
+        return Err(cx.err("catalog", "give at most one of token, token_env, oauth2"));
+    }
+    if let Some(t) = &c.catalog.token {
+        props.push(("token".into(), t.clone()));
+    }
+    if let Some(v) = &c.catalog.token_env {
+        props.push(("token".into(), cx.var("catalog.token_env", v)?));
+    }
+    if let Some(o) = &c.catalog.oauth2 {
+        let secret = cx.var("catalog.oauth2.client_secret_env", &o.client_secret_env)?;
+        props.push(("credential".into(), format!("{}:{secret}", o.client_id)));
+        if let Some(u) = &o.server_uri {
+            props.push((
+                "oauth2-server-uri".into(),
+                cx.url("catalog.oauth2.server_uri", u)?,
+            ));
+        }
+        if let Some(s) = &o.scope {
+            props.push(("scope".into(), s.clone()));
+        }
+    }
+    if !(100..=3_600_000).contains(&c.catalog.poll_interval_ms) {
+        return Err(cx.err(
+            "catalog.poll_interval_ms",
+            "must be between 100 and 3600000",
+        ));
+    }
+    let mut follow = Vec::new();
+    for (i, f) in c.follow.iter().enumerate() {
+        let ns: Vec<String> = f.namespace.split('.').map(str::to_owned).collect();
+        if ns.iter().any(String::is_empty) {
+            return Err(cx.err(format!("follow[{i}].namespace"), "empty namespace part"));
+        }
+        follow.push((ns, f.tables.clone()));
+    }
+    if c.nodes.is_empty() {
+        return Err(cx.err("nodes", "list at least one Floe node's admin endpoint"));
+    }
+    let mut nodes = Vec::new();
+    for (i, n) in c.nodes.iter().enumerate() {
+        let key = format!("nodes[{i}]");
+        let token = match (&n.token, &n.token_env) {
+            (Some(t), None) => t.clone(),
+            (None, Some(v)) => cx.var(&format!("{key}.token_env"), v)?,
+            _ => return Err(cx.err(key, "give exactly one of token, token_env")),
+        };
+        nodes.push(Node {
+            admin: cx.url(&format!("nodes[{i}].admin"), &n.admin)?,
+            token,
+        });
+    }
+    if c.warm.concurrency == 0 || c.warm.concurrency > 256 {
+        return Err(cx.err("warm.concurrency", "must be 1..=256"));
+    }
+    if c.warm.bytes_per_sec < (1 << 20) {
+        return Err(cx.err("warm.bytes_per_sec", "must be at least 1 MiB/s"));
+    }
+    if !(4096..=(64 << 20)).contains(&c.warm.footer_bytes) {
+        return Err(cx.err("warm.footer_bytes", "must be 4 KiB..=64 MiB"));
+    }
+    if c.heat.half_life_secs == 0 {
+        return Err(cx.err("heat.half_life_secs", "must be positive"));
+    }
+    let status_address = c
+        .status_address
+        .parse()
+        .map_err(|e| cx.err("status_address", format!("{:?}: {e}", c.status_address)))?;
+    Ok(Settings {
+        catalog_props: props,
+        poll: Duration::from_millis(c.catalog.poll_interval_ms),
+        follow,
+        nodes,
+        warm: c.warm,
+        prefetch: c.prefetch,
+        heat: c.heat,
+        status_address,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "
+catalog: { uri: 'http://127.0.0.1:8181/' }
+nodes: [ { admin: 'http://127.0.0.1:9101', token: t } ]
+";
+
+    fn parse(text: &str) -> Result<Settings, ConfigError> {
+        validate("f.yaml", text, &|v| (v == "SET").then(|| "s".to_owned()))
+    }
+
+    #[test]
+    fn defaults_are_filled() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.poll, Duration::from_secs(5));
+        assert_eq!(s.catalog_props[0].1, "http://127.0.0.1:8181");
+        assert_eq!(s.warm.concurrency, 8);
+        assert!(s.prefetch.enabled);
+        assert_eq!(s.status_address.port(), 9102);
+    }
+
+    #[test]
+    fn wrong_key_is_named() {
+        let e = parse(include_str!("../../conf/testdata/control-wrongkey.yaml")).unwrap_err();
+        assert_eq!(e.file, "f.yaml");
+        assert!(e.reason.contains("poll_interval"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            (
+                GOOD.replace("http://127.0.0.1:8181/", "ftp://x"),
+                "catalog.uri",
+            ),
+            (
+                GOOD.replace("token: t", "token_env: UNSET"),
+                "nodes[0].token_env",
+            ),
+            (GOOD.replace("token: t", "admin2: x"), "(yaml)"),
+            (
+                format!("{GOOD}warm: {{ concurrency: 0 }}"),
+                "warm.concurrency",
+            ),
+            (format!("{GOOD}status_address: nowhere"), "status_address"),
+            (
+                format!("{GOOD}follow: [ {{ namespace: 'a..b' }} ]"),
+                "follow[0].namespace",
+            ),
+            (
+                GOOD.replace("8181/' }", "8181', token: a, token_env: SET }"),
+                "catalog",
+            ),
+        ];
+        for (text, key) in cases {
+            assert_eq!(parse(&text).unwrap_err().key, key, "{text}");
+        }
+    }
+
+    #[test]
+    fn oauth2_becomes_a_credential() {
+        let t = GOOD.replace(
+            "8181/' }",
+            "8181', oauth2: { client_id: c, client_secret_env: SET, scope: x } }",
+        );
+        let s = parse(&t).unwrap();
+        assert!(s
+            .catalog_props
+            .contains(&("credential".into(), "c:s".into())));
+        assert!(s.catalog_props.contains(&("scope".into(), "x".into())));
+    }
+}

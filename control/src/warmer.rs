@@ -1,0 +1,309 @@
+//! The warmer: for each observed commit, walks metadata.json, the manifest list, the manifests
+//! and the Parquet footers of the live data files into the proxies' metadata stores, builds the
+//! table's file map, and pins the catalog's classification on the nodes. Bounded concurrency, a
+//! shared byte rate, and a per-table budget: over budget it stops and says so.
+
+use std::sync::Arc;
+
+use futures::{stream, StreamExt};
+use iceberg::spec::{DataContentType, DataFileFormat, ManifestStatus, Operation, Struct};
+use iceberg::table::Table;
+use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
+use tokio::sync::mpsc;
+
+use crate::mapper::{Chunk, FileInfo, FileKey};
+use crate::node::{split_location, Span, Store};
+use crate::state::Control;
+use crate::worker::{Handle, Shutdown};
+
+/// A commit the watcher saw.
+pub struct Commit {
+    /// `namespace.table`.
+    pub name: String,
+    /// The table as loaded after the commit.
+    pub table: Table,
+}
+
+/// A live data file of the current snapshot.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    /// Bucket and key.
+    pub loc: FileKey,
+    /// Rendered partition.
+    pub partition: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Added by the current snapshot.
+    pub new: bool,
+}
+
+/// Runs the warmer until shutdown.
+pub async fn run(ctl: Arc<Control>, h: Handle, mut rx: mpsc::Receiver<Commit>, mut stop: Shutdown) {
+    h.done();
+    loop {
+        let commit = tokio::select! {
+            c = rx.recv() => c,
+            _ = stop.changed() => None,
+        };
+        let Some(c) = commit else { return };
+        h.set("working", c.name.clone());
+        if let Err(e) = warm_commit(&ctl, &c).await {
+            ctl.table(&c.name, |t| {
+                t.warm.phase = "failed".into();
+                t.warm.note = e.clone();
+            });
+            h.error(format!("{}: {e}", c.name));
+        }
+        h.done();
+    }
+}
+
+fn loc(path: &str) -> Result<FileKey, String> {
+    split_location(path)
+        .map(|(b, k)| (b.to_owned(), k.to_owned()))
+        .ok_or_else(|| format!("{path} is not an s3:// location"))
+}
+
+/// Warms one commit; returns an error text when the walk could not finish.
+pub async fn warm_commit(ctl: &Arc<Control>, c: &Commit) -> Result<(), String> {
+    let meta = c.table.metadata();
+    let Some(snapshot) = meta.current_snapshot() else {
+        ctl.table(&c.name, |t| t.warm.phase = "warm".into());
+        return Ok(());
+    };
+    let op = snapshot.summary().operation.clone();
+    ctl.table(&c.name, |t| {
+        t.warm = Default::default();
+        t.warm.phase = "warming".into();
+        t.operation = format!("{op:?}").to_lowercase();
+    });
+    let mut metadata_keys = Vec::new();
+    if let Some(m) = c.table.metadata_location() {
+        let l = loc(m)?;
+        warm_all(ctl, &c.name, &l, Span::Whole, Some(Store::Metadata)).await?;
+        metadata_keys.push(l);
+    }
+    // The manifest list and manifests are read through node 0 (FloeStorage), which warms them
+    // there; the other nodes warm them by key.
+    let list = c
+        .table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(|e| format!("manifest list: {e}"))?;
+    let list_key = loc(snapshot.manifest_list())?;
+    warm_others(ctl, &list_key, Span::Whole, Some(Store::Metadata)).await;
+    metadata_keys.push(list_key);
+    progress(ctl, &c.name, list.entries().len() as u64 + 2, 2, 0);
+    let current = snapshot.snapshot_id();
+    let manifests: Vec<_> = stream::iter(list.entries().iter().cloned())
+        .map(|mf| {
+            let io = c.table.file_io().clone();
+            async move {
+                let m = mf.load_manifest(&io).await;
+                (mf.manifest_path.clone(), m)
+            }
+        })
+        .buffer_unordered(ctl.settings.warm.concurrency)
+        .collect()
+        .await;
+    let mut live = Vec::new();
+    for (path, m) in manifests {
+        let m = m.map_err(|e| format!("manifest {path}: {e}"))?;
+        let l = loc(&path)?;
+        warm_others(ctl, &l, Span::Whole, Some(Store::Metadata)).await;
+        metadata_keys.push(l);
+        progress(ctl, &c.name, 0, 1, 0);
+        let names: Vec<String> = m
+            .metadata()
+            .partition_spec()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect();
+        for e in m.entries() {
+            let f = e.data_file();
+            if e.status() == ManifestStatus::Deleted
+                || f.content_type() != DataContentType::Data
+                || f.file_format() != DataFileFormat::Parquet
+            {
+                continue;
+            }
+            live.push(LiveFile {
+                loc: loc(f.file_path())?,
+                partition: render(&names, f.partition()),
+                size: f.file_size_in_bytes(),
+                new: e.status() == ManifestStatus::Added && e.snapshot_id() == Some(current),
+            });
+        }
+    }
+    pin(ctl, &metadata_keys, Store::Metadata).await;
+    let data_keys: Vec<FileKey> = live.iter().map(|f| f.loc.clone()).collect();
+    pin(ctl, &data_keys, Store::Data).await;
+    ctl.table(&c.name, |t| {
+        t.data_files = live.len() as u64;
+        t.warm.total += live.len() as u64;
+    });
+    let mapped = footers(ctl, &c.name, &live).await;
+    ctl.files.publish_table(&c.name, mapped);
+    ctl.table(&c.name, |t| {
+        if t.warm.phase == "warming" {
+            t.warm.phase = "warm".into();
+        }
+    });
+    if op == Operation::Replace && ctl.settings.prefetch.enabled {
+        crate::prefetch::after_replace(ctl, &c.name, &live).await;
+    }
+    Ok(())
+}
+
+/// Reads each live file's footer through node 0 (a bounded suffix; a second read only when the
+/// footer is larger), warms it on the others, and returns the file map entries.
+async fn footers(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -> Vec<(FileKey, FileInfo)> {
+    let budget = ctl.settings.warm.table_budget_bytes;
+    let out: Vec<Option<(FileKey, FileInfo)>> = stream::iter(live.iter().cloned())
+        .map(|f| async move {
+            let spent = ctl.tables().get(table).map(|t| t.warm.bytes).unwrap_or(0);
+            if spent >= budget {
+                ctl.table(table, |t| {
+                    t.warm.phase = "over-budget".into();
+                    t.warm.note = format!("stopped at the table budget of {budget} bytes");
+                });
+                return None;
+            }
+            match footer(ctl, table, &f).await {
+                Ok(info) => Some((f.loc, info)),
+                Err(e) => {
+                    tracing::warn!(file = %f.loc.1, error = %e, "footer not warmed");
+                    None
+                }
+            }
+        })
+        .buffer_unordered(ctl.settings.warm.concurrency)
+        .collect()
+        .await;
+    out.into_iter().flatten().collect()
+}
+
+async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInfo, String> {
+    let first_read = ctl.settings.warm.footer_bytes.min(f.size);
+    ctl.rate.acquire(first_read).await;
+    let node = ctl.nodes.first().ok_or("no nodes")?;
+    let (b, k) = (&f.loc.0, &f.loc.1);
+    let r = node
+        .read(b, k, Span::Suffix(first_read), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut warmed = r.bytes.len() as u64;
+    let tail: &[u8; 8] = r
+        .bytes
+        .get(r.bytes.len().saturating_sub(8)..)
+        .and_then(|t| t.try_into().ok())
+        .ok_or("file shorter than a Parquet footer")?;
+    let meta_len = FooterTail::try_from(*tail)
+        .map_err(|e| e.to_string())?
+        .metadata_length() as u64;
+    let need = meta_len + 8;
+    let bytes = if need <= r.bytes.len() as u64 {
+        r.bytes
+            .slice(r.bytes.len() - need as usize..r.bytes.len() - 8)
+    } else {
+        ctl.rate.acquire(need).await;
+        let again = node
+            .read(b, k, Span::Suffix(need), None)
+            .await
+            .map_err(|e| e.to_string())?;
+        warmed += need;
+        again.bytes.slice(..again.bytes.len().saturating_sub(8))
+    };
+    let span = Span::Suffix(need.max(first_read));
+    warm_others(ctl, &f.loc, span, None).await;
+    let md = ParquetMetaDataReader::decode_metadata(&bytes).map_err(|e| e.to_string())?;
+    let mut chunks: Vec<Chunk> = md
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns().iter())
+        .map(|c| {
+            let (start, len) = c.byte_range();
+            Chunk {
+                column: Arc::from(c.column_path().string()),
+                start,
+                len,
+            }
+        })
+        .collect();
+    chunks.sort_by_key(|c| c.start);
+    progress(ctl, table, 0, 1, warmed);
+    Ok(FileInfo {
+        table: Arc::from(table),
+        partition: Arc::from(f.partition.as_str()),
+        size: f.size,
+        chunks,
+    })
+}
+
+fn progress(ctl: &Control, table: &str, total: u64, done: u64, bytes: u64) {
+    ctl.table(table, |t| {
+        t.warm.total += total;
+        t.warm.done += done;
+        t.warm.bytes += bytes;
+    });
+}
+
+/// Warms one object on every node (node 0 included), under the rate limit.
+async fn warm_all(
+    ctl: &Control,
+    table: &str,
+    l: &FileKey,
+    span: Span,
+    store: Option<Store>,
+) -> Result<(), String> {
+    let mut bytes = 0;
+    for n in &ctl.nodes {
+        bytes = n
+            .warm(&l.0, &l.1, span, store)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    ctl.rate.acquire(bytes).await;
+    progress(ctl, table, 0, 0, bytes);
+    Ok(())
+}
+
+/// Warms one object on every node but node 0 (which read it already); failures are logged.
+async fn warm_others(ctl: &Control, l: &FileKey, span: Span, store: Option<Store>) {
+    for n in ctl.nodes.iter().skip(1) {
+        if let Err(e) = n.warm(&l.0, &l.1, span, store).await {
+            tracing::warn!(node = n.url(), key = %l.1, error = %e, "warm failed");
+        }
+    }
+}
+
+/// Sends the catalog's classification to every node, per bucket.
+async fn pin(ctl: &Control, keys: &[FileKey], store: Store) {
+    let mut by_bucket: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for (b, k) in keys {
+        by_bucket.entry(b).or_default().push(k.clone());
+    }
+    for n in &ctl.nodes {
+        for (b, ks) in &by_bucket {
+            if let Err(e) = n.classify(b, ks, store).await {
+                tracing::warn!(node = n.url(), bucket = b, error = %e, "classify failed");
+            }
+        }
+    }
+}
+
+/// Renders a partition tuple as `name=value/...` (empty when unpartitioned).
+pub fn render(names: &[String], p: &Struct) -> String {
+    names
+        .iter()
+        .zip(p.iter())
+        .map(|(n, v)| match v {
+            Some(iceberg::spec::Literal::Primitive(x)) => format!("{n}={x:?}"),
+            Some(other) => format!("{n}={other:?}"),
+            None => format!("{n}=null"),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}

@@ -1,0 +1,128 @@
+//! The watcher: polls the REST catalog (iceberg-catalog-rest; read-only calls) and hands every
+//! observed commit (the metadata location changed) to the warmer. Catalog errors back off
+//! exponentially and show in the worker state; the proxies keep serving meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::{RestCatalog, RestCatalogBuilder};
+use tokio::sync::mpsc;
+
+use crate::state::Control;
+use crate::storage::FloeStorageFactory;
+use crate::warmer::Commit;
+use crate::worker::{pause, Handle, Shutdown};
+
+/// Longest back-off after repeated catalog failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Builds the catalog client; its FileIO reads through the first node.
+pub async fn catalog(ctl: &Control) -> Result<RestCatalog, String> {
+    let node = ctl.settings.nodes.first().ok_or("no nodes")?;
+    RestCatalogBuilder::default()
+        .with_storage_factory(Arc::new(FloeStorageFactory::new(node)))
+        .load("floe", ctl.settings.catalog_props.iter().cloned().collect())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The tables to follow right now: the configured ones, or every table of the configured (or
+/// all top-level) namespaces.
+async fn followed(ctl: &Control, cat: &RestCatalog) -> iceberg::Result<Vec<TableIdent>> {
+    let mut spaces = Vec::new();
+    if ctl.settings.follow.is_empty() {
+        spaces = cat
+            .list_namespaces(None)
+            .await?
+            .into_iter()
+            .map(|n| (n, Vec::new()))
+            .collect();
+    } else {
+        for (ns, tables) in &ctl.settings.follow {
+            spaces.push((NamespaceIdent::from_strs(ns)?, tables.clone()));
+        }
+    }
+    let mut out = Vec::new();
+    for (ns, tables) in spaces {
+        if tables.is_empty() {
+            out.extend(cat.list_tables(&ns).await?);
+        } else {
+            out.extend(tables.into_iter().map(|t| TableIdent::new(ns.clone(), t)));
+        }
+    }
+    Ok(out)
+}
+
+fn name_of(t: &TableIdent) -> String {
+    format!("{}.{}", t.namespace().join("."), t.name())
+}
+
+/// One poll: loads every followed table and sends the changed ones on.
+async fn poll(
+    ctl: &Control,
+    cat: &RestCatalog,
+    seen: &mut HashMap<String, String>,
+    tx: &mpsc::Sender<Commit>,
+) -> iceberg::Result<()> {
+    for ident in followed(ctl, cat).await? {
+        let table = cat.load_table(&ident).await?;
+        let name = name_of(&ident);
+        let location = table.metadata_location().unwrap_or_default().to_owned();
+        if seen.get(&name) == Some(&location) {
+            continue;
+        }
+        let snapshot = table.metadata().current_snapshot_id();
+        ctl.table(&name, |t| {
+            t.metadata_location = location.clone();
+            t.snapshot_id = snapshot;
+            t.commits += 1;
+            t.warm.phase = "pending".into();
+        });
+        seen.insert(name.clone(), location);
+        if tx.send(Commit { name, table }).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the watcher until shutdown.
+pub async fn run(ctl: Arc<Control>, h: Handle, tx: mpsc::Sender<Commit>, mut stop: Shutdown) {
+    let mut seen = HashMap::new();
+    let mut backoff = ctl.settings.poll;
+    let mut cat = None;
+    loop {
+        h.set("working", "polling the catalog");
+        if cat.is_none() {
+            match catalog(&ctl).await {
+                Ok(c) => cat = Some(c),
+                Err(e) => h.error(format!("catalog client: {e}")),
+            }
+        }
+        let result = match &cat {
+            Some(c) => poll(&ctl, c, &mut seen, &tx)
+                .await
+                .map_err(|e| e.to_string()),
+            None => Err("no catalog client".into()),
+        };
+        let wait = match result {
+            Ok(()) => {
+                h.done();
+                backoff = ctl.settings.poll;
+                ctl.settings.poll
+            }
+            Err(e) => {
+                h.error(format!("catalog: {e}"));
+                h.set("backoff", format!("retrying in {} ms", backoff.as_millis()));
+                let w = backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                w
+            }
+        };
+        if pause(&mut stop, wait).await {
+            return;
+        }
+    }
+}

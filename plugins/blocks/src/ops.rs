@@ -1,0 +1,217 @@
+//! The block filter's operations for the admin API and the control plane: purge, warm, read
+//! through the cache, write-through after uploads, and catalog-pinned classes.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use floe_core::{BucketName, FilterCtx, ObjectKey, S3Op};
+
+use crate::cache::{BlockReader, Target};
+use crate::classify::{Class, Store};
+use crate::filter::BlockFilter;
+use crate::mapping::Mapping;
+use crate::range::{block_span, blocks_of};
+
+/// Which bytes of an object a warm or read covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadSpan {
+    /// The whole object.
+    Whole,
+    /// Bytes `first..=last` (clamped to the object).
+    Range(u64, u64),
+    /// The last `n` bytes (the whole object when it is shorter).
+    Suffix(u64),
+}
+
+/// Bytes read through the cache, with the version they belong to.
+#[derive(Debug, Clone)]
+pub struct ReadOut {
+    /// The bytes.
+    pub bytes: Bytes,
+    /// Offset of the first byte.
+    pub first: u64,
+    /// Object size.
+    pub size: u64,
+    /// The version's ETag.
+    pub etag: String,
+}
+
+impl BlockFilter {
+    /// The class of `key`: the control plane's pinned class if any, else the path rules.
+    pub(crate) fn class_of(&self, key: &str) -> Class {
+        if let Ok(p) = self.pinned.read() {
+            if let Some(c) = p.get(key) {
+                return *c;
+            }
+        }
+        self.cache.classify(key)
+    }
+
+    /// Pins keys the catalog names as immutable table files: `store` Metadata for metadata.json,
+    /// manifest lists, manifests and stats; Data for data and delete files. Drops any mapping
+    /// resolved under another class. Returns how many keys are pinned now.
+    pub fn pin(&self, keys: &[String], store: Store) -> usize {
+        let Ok(mut p) = self.pinned.write() else {
+            return 0;
+        };
+        for k in keys {
+            let class = Class {
+                store,
+                immutable: true,
+                parquet: k.ends_with(".parquet"),
+            };
+            if p.insert(Box::from(k.as_str()), class) != Some(class) {
+                self.map.drop_key(k);
+            }
+        }
+        p.len()
+    }
+
+    /// Purges a key: its mapping and every block of its known version. Returns blocks removed.
+    pub fn purge_key(&self, key: &str) -> u64 {
+        let removed = match self.map.get(key) {
+            Some(m) => self
+                .cache
+                .remove_blocks(&self.bucket_key, &Arc::from(key), &m),
+            None => 0,
+        };
+        if let Ok(mut p) = self.pinned.write() {
+            p.remove(key);
+        }
+        self.invalidate(key);
+        removed
+    }
+
+    /// Purges every known key under `prefix`. Returns (keys, blocks) removed.
+    pub fn purge_prefix(&self, prefix: &str) -> (u64, u64) {
+        let keys = self.map.keys_with_prefix(prefix);
+        let blocks = keys.iter().map(|k| self.purge_key(k)).sum();
+        (keys.len() as u64, blocks)
+    }
+
+    /// Most bytes one written object is read back into the cache for: a quarter of the data
+    /// store's DRAM, so one large upload cannot displace the working set.
+    fn write_through_cap(&self) -> u64 {
+        (self.cache.settings.data.dram_bytes / 4) as u64
+    }
+
+    pub(crate) async fn write_through(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<u64, String> {
+        let (map, _) = self.mapping(bucket, key).await?;
+        if map.size > self.write_through_cap() {
+            return Err(format!("{} bytes is over the write-through cap", map.size));
+        }
+        self.cache
+            .touch_blocks(&self.bucket_key, &key.shared(), &map);
+        self.warm(bucket, key, ReadSpan::Whole, None).await
+    }
+
+    async fn mapping(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<(Arc<Mapping>, bool), String> {
+        let mut ctx = FilterCtx::new(S3Op::GetObject);
+        ctx.bucket = Some(bucket.clone());
+        ctx.key = Some(key.clone());
+        self.resolve(&ctx)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "no such object".to_owned())
+    }
+
+    /// Reads `span` of `key` into the cache, in the store `force` names (metadata or data) or
+    /// as classified. Returns the bytes of the blocks warmed (whole blocks).
+    pub async fn warm(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        span: ReadSpan,
+        force: Option<Store>,
+    ) -> Result<u64, String> {
+        self.blocks(bucket, key, span, force, |_, _| ())
+            .await
+            .map(|(n, _)| n)
+    }
+
+    /// Reads `span` of `key` through the cache (warming what is missing) and returns the bytes.
+    pub async fn read(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        span: ReadSpan,
+        force: Option<Store>,
+    ) -> Result<ReadOut, String> {
+        let mut buf = BytesMut::new();
+        let (_, out) = self
+            .blocks(bucket, key, span, force, |piece, _| {
+                buf.extend_from_slice(&piece)
+            })
+            .await?;
+        Ok(ReadOut {
+            bytes: buf.freeze(),
+            ..out
+        })
+    }
+
+    /// Walks the blocks of `span`, handing each block's requested slice to `each`. Returns the
+    /// bytes of the blocks walked (whole blocks are warmed) and the span's place in the version.
+    async fn blocks(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        span: ReadSpan,
+        force: Option<Store>,
+        mut each: impl FnMut(Bytes, u64),
+    ) -> Result<(u64, ReadOut), String> {
+        let (mut map, _) = self.mapping(bucket, key).await?;
+        if let Some(store) = force {
+            if map.class.store != store {
+                let mut m = Mapping::clone(&map);
+                m.class.store = store;
+                m.class.parquet = m.class.parquet && store == Store::Data;
+                map = Arc::new(m);
+                self.map.put(key.as_str(), map.clone());
+            }
+        }
+        let mut out = ReadOut {
+            bytes: Bytes::new(),
+            first: 0,
+            size: map.size,
+            etag: map.etag.as_str().to_owned(),
+        };
+        if map.size == 0 {
+            return Ok((0, out));
+        }
+        let end = map.size - 1;
+        let (first, last) = match span {
+            ReadSpan::Whole => (0, end),
+            ReadSpan::Range(a, b) => (a.min(end), b.min(end)),
+            ReadSpan::Suffix(n) => (map.size.saturating_sub(n), end),
+        };
+        out.first = first;
+        let bs = self.cache.settings.block_bytes;
+        let (b0, b1) = blocks_of(first, last, bs);
+        let target = Target {
+            bucket: bucket.clone(),
+            key: key.clone(),
+            bucket_key: self.bucket_key.clone(),
+            object_key: key.shared(),
+            map: map.clone(),
+        };
+        let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
+        let mut warmed = 0;
+        for i in b0..=b1 {
+            let block = reader.block(i).await.map_err(|e| format!("{e:?}"))?;
+            warmed += block.len() as u64;
+            let (start, _) = block_span(i, bs, map.size);
+            let lo = first.saturating_sub(start) as usize;
+            let hi = ((last + 1 - start) as usize).min(block.len());
+            each(block.slice(lo.min(hi)..hi), start);
+        }
+        Ok((warmed, out))
+    }
+}
