@@ -17,6 +17,7 @@ class Relay:
         self.lock = threading.Lock()
         self.bytes_to_origin = 0
         self.requests = collections.Counter()  # request lines toward the origin, by method
+        self.lines = []  # (method, target) of each request line toward the origin, in order
         self.cut_after = None  # cut the next response after this many bytes
         self.conns = set()
         self.listener = None
@@ -98,6 +99,7 @@ class Relay:
                     m = REQUEST_LINE.match(data)
                     if m:
                         self.requests[m.group(1).decode()] += 1
+                        self.lines.append((m.group(1).decode(), m.group(2).decode()))
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
             if budget is not None and not to_origin:
@@ -116,7 +118,7 @@ class Relay:
                 return
 
 
-REQUEST_LINE = re.compile(rb"^(GET|HEAD|PUT|POST|DELETE) /")
+REQUEST_LINE = re.compile(rb"^(GET|HEAD|PUT|POST|DELETE) (/\S*)")
 
 
 def _reset(sock):

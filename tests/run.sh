@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need (Python venv with boto3/awscli/DuckDB/PyIceberg/Polars/pyarrow,
-# MinIO from the Go module proxy), builds Floe, then runs the Rust and the Python suites.
+# MinIO from the Go module proxy, the Iceberg REST catalog fixture from Maven Central), builds
+# Floe, then runs the Rust and the Python suites.
 # Everything is cached under ${FLOE_CACHE:-~/.cache/floe} so reruns are fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +21,11 @@ fi
 if [ ! -x "$FLOE_CACHE/bin/minio" ]; then
   GOBIN="$FLOE_CACHE/bin" go install github.com/minio/minio@latest
 fi
+# The Apache Iceberg REST catalog fixture (Java 17 + Maven; jars from Maven Central).
+export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
 command -v cmake >/dev/null || { echo "cmake is needed to build pingora (apt-get install cmake)"; exit 1; }
 
-cargo build --bin floe-proxy
+cargo build --bin floe-proxy --bin floe-control
 cargo test --workspace
 export PATH="$FLOE_CACHE/venv/bin:$PATH" MINIO_BIN="$FLOE_CACHE/bin/minio"
 "$PY" -m pytest -q tests "$@"

@@ -300,10 +300,34 @@ pub fn render(names: &[String], p: &Struct) -> String {
         .iter()
         .zip(p.iter())
         .map(|(n, v)| match v {
-            Some(iceberg::spec::Literal::Primitive(x)) => format!("{n}={x:?}"),
+            Some(iceberg::spec::Literal::Primitive(x)) => {
+                format!("{n}={}", bare(&format!("{x:?}")))
+            }
             Some(other) => format!("{n}={other:?}"),
             None => format!("{n}=null"),
         })
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// `Int(3)` -> `3`, `String("a")` -> `"a"`: the value without its type wrapper.
+fn bare(debug: &str) -> &str {
+    debug
+        .split_once('(')
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap_or(debug)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::Literal;
+
+    #[test]
+    fn partitions_render_as_name_value() {
+        let p = Struct::from_iter([Some(Literal::int(3)), None, Some(Literal::string("a"))]);
+        let names = ["p".to_owned(), "q".to_owned(), "r".to_owned()];
+        assert_eq!(render(&names, &p), "p=3/q=null/r=\"a\"");
+        assert_eq!(render(&[], &Struct::empty()), "");
+    }
 }

@@ -1,0 +1,203 @@
+"""floe-control against a real Iceberg REST catalog (the Apache Iceberg REST fixture from Maven
+Central, backed by MinIO), PyIceberg as writer (straight to MinIO, so Floe's write-through cannot
+warm anything) and PyIceberg as reader through Floe. The relay in front of MinIO logs every
+request line Floe sends to the origin."""
+import json
+import os
+import pathlib
+import subprocess
+import time
+import urllib.request
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from conftest import (ADMIN_TOKEN, BUCKET, CACHE, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, TARGET, Proc,
+                      free_port, start_cached_floe)
+
+CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
+NS = "ctl"
+
+
+def rest_dir():
+    d = os.environ.get("FLOE_ICEBERG_REST")
+    if d:
+        return d
+    here = pathlib.Path(__file__).parent
+    return subprocess.run([here / "catalog" / "fetch.sh"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def start_rest(tmp, minio_port, port):
+    env = dict(os.environ, CATALOG_WAREHOUSE=f"s3://{BUCKET}/wh",
+               CATALOG_IO__IMPL="org.apache.iceberg.aws.s3.S3FileIO",
+               CATALOG_S3_ENDPOINT=f"http://127.0.0.1:{minio_port}",
+               CATALOG_S3_PATH__STYLE__ACCESS="true", CATALOG_REST_PORT=str(port),
+               AWS_ACCESS_KEY_ID=ORIGIN_KEY, AWS_SECRET_ACCESS_KEY=ORIGIN_SECRET,
+               AWS_REGION="us-east-1")
+    return Proc(["java", "-cp", f"{rest_dir()}/*", "org.apache.iceberg.rest.RESTCatalogServer"],
+                env, tmp / "rest.log", port, "iceberg rest catalog")
+
+
+def iceberg(rest_port, s3_port, key, secret):
+    return load_catalog("rest", **{
+        "type": "rest", "uri": f"http://127.0.0.1:{rest_port}",
+        "s3.endpoint": f"http://127.0.0.1:{s3_port}", "s3.access-key-id": key,
+        "s3.secret-access-key": secret, "s3.region": "us-east-1",
+        "s3.force-virtual-addressing": False})
+
+
+CONTROL_YAML = """
+catalog: {{uri: "http://127.0.0.1:{rest}", poll_interval_ms: 200}}
+follow: [{{namespace: {ns}}}]
+nodes: [{{admin: "http://127.0.0.1:{admin}", token: {token}}}]
+prefetch: {{enabled: {prefetch}}}
+heat: {{path: "{heat}", pull_interval_ms: 200}}
+status_address: "127.0.0.1:{status}"
+"""
+
+
+class Control:
+    def __init__(self, tmp, rest_port, admin_port, prefetch=True):
+        self.tmp, self.port = tmp, free_port()
+        self.conf = tmp / "control.yaml"
+        self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, admin=admin_port,
+                                                 token=ADMIN_TOKEN, heat=tmp / "heat.json",
+                                                 status=self.port,
+                                                 prefetch=str(prefetch).lower()))
+        self.start()
+
+    def start(self):
+        env = dict(os.environ, RUST_LOG="info")
+        self.proc = Proc([str(CONTROL_BIN), "--config", str(self.conf)], env,
+                         self.tmp / "control.log", self.port, "floe-control")
+
+    def status(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status") as r:
+            return json.loads(r.read())
+
+    def wait(self, cond, what, timeout=60):
+        """Polls the status document until `cond(doc)` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            doc = self.status()
+            if cond(doc):
+                return doc
+            time.sleep(0.1)  # polling a state, not synchronising on time
+        raise AssertionError(f"timed out waiting for {what}: {json.dumps(self.status())[:2000]}")
+
+    def wait_warm(self, table, snapshot_id):
+        def ok(doc):
+            t = doc["tables"].get(table)
+            return t and t["snapshot_id"] == snapshot_id and t["warm"]["phase"] == "warm"
+        return self.wait(ok, f"{table} snapshot {snapshot_id} warm")["tables"][table]
+
+    def stop(self):
+        self.proc.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(minio, relay, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("control")
+    rest_port = free_port()
+    rest = start_rest(tmp, minio.port, rest_port)
+    floe = start_cached_floe(tmp, relay.port, tmp / "cache")
+    ctl = Control(tmp, rest_port, floe.admin_port)
+    writer = iceberg(rest_port, minio.port, ORIGIN_KEY, ORIGIN_SECRET)
+    reader = iceberg(rest_port, floe.port, *CLIENT)
+    writer.create_namespace_if_not_exists(NS)
+    yield dict(tmp=tmp, rest=rest, rest_port=rest_port, floe=floe, ctl=ctl, writer=writer,
+               reader=reader)
+    for p in (ctl, floe, rest):
+        p.stop()
+
+
+def batch(start, n, parts=4):
+    return pa.table({
+        "id": pa.array(range(start, start + n), pa.int64()),
+        "p": pa.array([i % parts for i in range(start, start + n)], pa.int32()),
+        "v": pa.array([f"value-{i}" for i in range(start, start + n)]),
+    })
+
+
+def table_requests(relay, mark, table):
+    """Origin request lines since `mark` that touched the table's files."""
+    return [line for line in relay.lines[mark:] if f"/wh/{NS}/{table}" in line[1]]
+
+
+def test_each_commit_is_warm_before_the_first_query(stack, relay):
+    w, ctl = stack["writer"], stack["ctl"]
+    t = w.create_table(f"{NS}.events", schema=batch(0, 1).schema)
+    with t.update_spec() as u:
+        u.add_identity("p")
+    t.append(batch(0, 20_000))
+    st = ctl.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
+    assert st["data_files"] == 4 and st["warm"]["done"] == st["warm"]["total"] > 0, st
+    for round_ in range(2):
+        mark = len(relay.lines)
+        got = stack["reader"].load_table(f"{NS}.events").scan().to_arrow()
+        assert got.num_rows == 20_000 * (round_ + 1)
+        assert sorted(got["id"].to_pylist()) == list(range(20_000 * (round_ + 1)))
+        touched = table_requests(relay, mark, "events")
+        assert touched == [], f"the first query after commit {round_} went to the origin: {touched}"
+        # The next commit: an append; the query after it must be warm too.
+        t.append(batch(20_000 * (round_ + 1), 20_000))
+        t = w.load_table(f"{NS}.events")
+        ctl.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
+
+
+def test_an_unfollowed_table_does_go_to_the_origin(stack, relay):
+    """The control case for the test above: the relay does see a cold table's reads."""
+    w = stack["writer"]
+    w.create_namespace_if_not_exists("cold")
+    t = w.create_table("cold.events", schema=batch(0, 1).schema)
+    t.append(batch(0, 1000))
+    mark = len(relay.lines)
+    assert stack["reader"].load_table("cold.events").scan().to_arrow().num_rows == 1000
+    touched = [line for line in relay.lines[mark:] if "/wh/cold/events" in line[1]]
+    assert any(".avro" in p for _, p in touched) and any(".parquet" in p for _, p in touched)
+
+
+def test_status_cli_prints_tables_workers_and_heat(stack):
+    ctl = stack["ctl"]
+    doc = ctl.wait(lambda d: any(h["table"] == f"{NS}.events" for h in d["heat"]), "heat")
+    assert {"watcher", "warmer", "heat", "status"} <= set(doc["workers"])
+    out = subprocess.run([str(CONTROL_BIN), "status", f"127.0.0.1:{ctl.port}"], check=True,
+                         capture_output=True, text=True).stdout
+    assert f"{NS}.events" in out and "warm [####################]" in out, out
+    assert "HEAT" in out and " v\n" in out or " id\n" in out, out
+
+
+def test_restart_keeps_the_heat_ledger(stack):
+    ctl = stack["ctl"]
+    doc = ctl.wait(lambda d: any(h["table"] == f"{NS}.events" for h in d["heat"]), "heat")
+    before = {(h["table"], h["partition"], h["column"]) for h in doc["heat"]}
+    ctl.stop()
+    assert (stack["tmp"] / "heat.json").exists()
+    ctl.start()
+    after = {(h["table"], h["partition"], h["column"]) for h in ctl.status()["heat"]}
+    assert before and before <= after, (before, after)
+
+
+def test_catalog_outage_does_not_disturb_reads(stack, relay):
+    ctl, floe = stack["ctl"], stack["floe"]
+    t = stack["writer"].load_table(f"{NS}.events")
+    files = [task.file.file_path for task in t.scan().plan_files()]
+    stack["rest"].stop()
+    stopped = time.time()
+    doc = ctl.wait(lambda d: (d["workers"]["watcher"]["last_error"] or [0])[0] >= int(stopped),
+                   "the watcher to report the catalog outage")
+    assert "catalog" in doc["workers"]["watcher"]["last_error"][1]
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{floe.port}",
+                      aws_access_key_id=CLIENT[0], aws_secret_access_key=CLIENT[1],
+                      region_name="us-east-1")
+    direct = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{relay.upstream[1]}",
+                          aws_access_key_id=ORIGIN_KEY, aws_secret_access_key=ORIGIN_SECRET,
+                          region_name="us-east-1")
+    for f in files:
+        key = f.split(f"s3://{BUCKET}/", 1)[1]
+        got = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        assert got == direct.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    stack["rest"] = start_rest(stack["tmp"], relay.upstream[1], stack["rest_port"])
