@@ -34,6 +34,9 @@ def start_rest(tmp, minio_port, port):
                CATALOG_IO__IMPL="org.apache.iceberg.aws.s3.S3FileIO",
                CATALOG_S3_ENDPOINT=f"http://127.0.0.1:{minio_port}",
                CATALOG_S3_PATH__STYLE__ACCESS="true", CATALOG_REST_PORT=str(port),
+               # A file, not the default jdbc:sqlite::memory: (each pooled connection would get
+               # its own empty database under concurrent requests).
+               CATALOG_URI=f"jdbc:sqlite:{tmp}/catalog.db",
                AWS_ACCESS_KEY_ID=ORIGIN_KEY, AWS_SECRET_ACCESS_KEY=ORIGIN_SECRET,
                AWS_REGION="us-east-1")
     return Proc(["java", "-cp", f"{rest_dir()}/*", "org.apache.iceberg.rest.RESTCatalogServer"],
@@ -102,7 +105,8 @@ def stack(minio, relay, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("control")
     rest_port = free_port()
     rest = start_rest(tmp, minio.port, rest_port)
-    floe = start_cached_floe(tmp, relay.port, tmp / "cache")
+    # Room for the compaction test's working set and its rewrite without admission pressure.
+    floe = start_cached_floe(tmp, relay.port, tmp / "cache", data=(512 << 20, 1 << 30))
     ctl = Control(tmp, rest_port, floe.admin_port)
     writer = iceberg(rest_port, minio.port, ORIGIN_KEY, ORIGIN_SECRET)
     reader = iceberg(rest_port, floe.port, *CLIENT)
@@ -178,6 +182,108 @@ def test_restart_keeps_the_heat_ledger(stack):
     ctl.start()
     after = {(h["table"], h["partition"], h["column"]) for h in ctl.status()["heat"]}
     assert before and before <= after, (before, after)
+
+
+def big_batch(start, n, parts=4):
+    """Rows with incompressible 32-character values: a partition's compacted file spans several
+    2 MiB blocks, so its footer block is a small part of it."""
+    return pa.table({
+        "id": pa.array(range(start, start + n), pa.int64()),
+        "p": pa.array([i % parts for i in range(start, start + n)], pa.int32()),
+        "v": pa.array([os.urandom(16).hex() for _ in range(n)]),
+    })
+
+
+def compact(table):
+    """A rewrite_data_files done with PyIceberg: every live file is read and rewritten as one
+    file per partition, committed as a `replace` snapshot (same rows, new files)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.table.snapshots import Operation, Summary
+    old = [task.file for task in table.scan().plan_files()]
+    df = table.scan().to_arrow()
+    with table.transaction() as tx:
+        with tx.update_snapshot().overwrite() as snap:
+            # PyIceberg 0.12 writes overwrite/append/delete only; its summary arithmetic is the
+            # same for a replace, so the summary is computed as an overwrite and relabelled.
+            overwrite_summary = snap._summary
+            snap._summary = lambda props={}: Summary(
+                Operation.REPLACE, **overwrite_summary(props)._additional_properties)
+            for f in old:
+                snap.delete_data_file(f)
+            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata,
+                                              write_uuid=snap.commit_uuid, df=df, io=table.io):
+                snap.append_data_file(f)
+    return len(old)
+
+
+# The 3-query working set: (partition, columns).
+WORKING_SET = [(0, ("v",)), (1, ("id",)), (2, ("id", "v"))]
+
+
+def wave(reader, name):
+    from pyiceberg.expressions import EqualTo
+    t = reader.load_table(name)
+    return [t.scan(row_filter=EqualTo("p", p), selected_fields=cols).to_arrow().num_rows
+            for p, cols in WORKING_SET]
+
+
+def block_counts(floe):
+    s = floe.admin("GET", "/stats")
+    return {k: (s[k]["hits"], s[k]["misses"], s[k]["origin_bytes"]) for k in ("data", "metadata")}
+
+
+def hit_ratio(before, after, store):
+    """(hit ratio, block hits, misses, origin bytes) of one store over a wave."""
+    hits = after[store][0] - before[store][0]
+    misses = after[store][1] - before[store][1]
+    origin_bytes = after[store][2] - before[store][2]
+    return round(hits / max(hits + misses, 1), 3), hits, misses, origin_bytes
+
+
+def compaction_run(stack, ctl, table):
+    name = f"{NS}.{table}"
+    w = stack["writer"]
+    t = w.create_table(name, schema=big_batch(0, 1).schema)
+    with t.update_spec() as u:
+        u.add_identity("p")
+    for i in range(3):
+        t.append(big_batch(i * 800_000, 800_000))
+    t = w.load_table(name)
+    ctl.wait_warm(name, t.current_snapshot().snapshot_id)
+    for _ in range(2):  # warm the working set; the ledger learns what is hot
+        assert wave(stack["reader"], name) == [600_000] * 3
+    ctl.wait(lambda d: sum(h["table"] == name for h in d["heat"]) >= 3, f"heat of {name}")
+    replaced = compact(t)
+    t = w.load_table(name)
+    assert t.current_snapshot().summary.operation.value == "replace"
+    st = ctl.wait_warm(name, t.current_snapshot().snapshot_id)
+    before = block_counts(stack["floe"])
+    assert wave(stack["reader"], name) == [600_000] * 3
+    after = block_counts(stack["floe"])
+    return dict(replaced=replaced, new=st["data_files"], prefetched=st["warm"]["prefetched_bytes"],
+                data=hit_ratio(before, after, "data"), metadata=hit_ratio(before, after, "metadata"))
+
+
+def test_compaction_prefetch_keeps_the_working_set_warm(stack):
+    """Prefetch on: the first wave after a `replace` commit hits >= 90% of its data blocks;
+    prefetch off: <= 5%. Numbers go to load/PERFORMANCE.md (see load/compaction.sh)."""
+    on = compaction_run(stack, stack["ctl"], "compact_on")
+    stack["ctl"].stop()
+    off_tmp = stack["tmp"] / "prefetch-off"
+    off_tmp.mkdir()
+    off_ctl = Control(off_tmp, stack["rest_port"], stack["floe"].admin_port, prefetch=False)
+    try:
+        off = compaction_run(stack, off_ctl, "compact_off")
+    finally:
+        off_ctl.stop()
+        stack["ctl"].start()
+    report = {"prefetch_on": on, "prefetch_off": off}
+    print("COMPACTION " + json.dumps(report))
+    out = os.environ.get("FLOE_COMPACTION_REPORT")
+    if out:
+        pathlib.Path(out).write_text(json.dumps(report, indent=1))
+    assert on["prefetched"] > 0 and on["data"][0] >= 0.90, report
+    assert off["prefetched"] == 0 and off["data"][0] <= 0.05, report
 
 
 def test_catalog_outage_does_not_disturb_reads(stack, relay):

@@ -19,7 +19,7 @@ use crate::worker::Board;
 /// Warm progress of one table's current commit.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WarmProgress {
-    /// `pending`, `warming`, `warm`, `over-budget`, `failed`.
+    /// `pending`, `warming`, `prefetching`, `warm`, `over-budget`, `failed`.
     pub phase: String,
     /// Objects to warm (metadata.json, manifest list, manifests, footers).
     pub total: u64,

@@ -146,14 +146,11 @@ pub async fn warm_commit(ctl: &Arc<Control>, c: &Commit) -> Result<(), String> {
     });
     let mapped = footers(ctl, &c.name, &live).await;
     ctl.files.publish_table(&c.name, mapped);
-    ctl.table(&c.name, |t| {
-        if t.warm.phase == "warming" {
-            t.warm.phase = "warm".into();
-        }
-    });
     if op == Operation::Replace && ctl.settings.prefetch.enabled {
+        set_phase(ctl, &c.name, "prefetching");
         crate::prefetch::after_replace(ctl, &c.name, &live).await;
     }
+    set_phase(ctl, &c.name, "warm");
     Ok(())
 }
 
@@ -240,6 +237,15 @@ async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInf
         size: f.size,
         chunks,
     })
+}
+
+/// Moves the table to `phase` unless warming stopped early (over budget keeps its note).
+fn set_phase(ctl: &Control, table: &str, phase: &str) {
+    ctl.table(table, |t| {
+        if t.warm.phase != "over-budget" {
+            t.warm.phase = phase.into();
+        }
+    });
 }
 
 fn progress(ctl: &Control, table: &str, total: u64, done: u64, bytes: u64) {
