@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from conftest import (ADMIN_TOKEN, BUCKET, CACHE, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, TARGET, Proc,
+from conftest import (ADMIN_TOKEN, BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, TARGET, Proc,
                       free_port, start_cached_floe)
+from relay import Relay
 
 CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
 NS = "ctl"
@@ -43,9 +44,9 @@ def start_rest(tmp, minio_port, port):
                 env, tmp / "rest.log", port, "iceberg rest catalog")
 
 
-def iceberg(rest_port, s3_port, key, secret):
+def iceberg(rest_port, s3_port, key, secret, path=""):
     return load_catalog("rest", **{
-        "type": "rest", "uri": f"http://127.0.0.1:{rest_port}",
+        "type": "rest", "uri": f"http://127.0.0.1:{rest_port}{path}",
         "s3.endpoint": f"http://127.0.0.1:{s3_port}", "s3.access-key-id": key,
         "s3.secret-access-key": secret, "s3.region": "us-east-1",
         "s3.force-virtual-addressing": False})
@@ -105,14 +106,17 @@ def stack(minio, relay, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("control")
     rest_port = free_port()
     rest = start_rest(tmp, minio.port, rest_port)
+    # Floe's catalog route reaches the catalog through a counting relay.
+    rest_relay = Relay(rest_port)
     # Room for the compaction test's working set and its rewrite without admission pressure.
-    floe = start_cached_floe(tmp, relay.port, tmp / "cache", data=(512 << 20, 1 << 30))
+    floe = start_cached_floe(tmp, relay.port, tmp / "cache", data=(512 << 20, 1 << 30),
+                             extra_cache=f"catalog: {{upstream: 'http://127.0.0.1:{rest_relay.port}'}}")
     ctl = Control(tmp, rest_port, floe.admin_port)
     writer = iceberg(rest_port, minio.port, ORIGIN_KEY, ORIGIN_SECRET)
     reader = iceberg(rest_port, floe.port, *CLIENT)
     writer.create_namespace_if_not_exists(NS)
     yield dict(tmp=tmp, rest=rest, rest_port=rest_port, floe=floe, ctl=ctl, writer=writer,
-               reader=reader)
+               reader=reader, rest_relay=rest_relay)
     for p in (ctl, floe, rest):
         p.stop()
 
@@ -182,6 +186,35 @@ def test_restart_keeps_the_heat_ledger(stack):
     ctl.start()
     after = {(h["table"], h["partition"], h["column"]) for h in ctl.status()["heat"]}
     assert before and before <= after, (before, after)
+
+
+def catalog_get(floe, path):
+    req = urllib.request.Request(f"http://127.0.0.1:{floe.port}/catalog{path}")
+    with urllib.request.urlopen(req) as r:
+        return r.headers["x-floe-cache"], json.loads(r.read())
+
+
+def test_catalog_route_caches_reads_and_follows_commits(stack):
+    floe, rr, ctl = stack["floe"], stack["rest_relay"], stack["ctl"]
+    path = f"/v1/namespaces/{NS}/tables/events"
+    first = catalog_get(floe, path)
+    asked = sum(1 for m, p in rr.lines if m == "GET" and p == path)
+    second = catalog_get(floe, path)
+    assert second[0] == "hit" and second[1] == first[1]
+    assert sum(1 for m, p in rr.lines if m == "GET" and p == path) == asked, "second loadTable reached the catalog"
+    # A commit through the route: the next loadTable shows the new snapshot.
+    routed = iceberg(floe.port, floe.port, *CLIENT, path="/catalog")
+    t = routed.load_table(f"{NS}.events")
+    t.append(batch(10_000_000, 100))
+    new_id = stack["writer"].load_table(f"{NS}.events").current_snapshot().snapshot_id
+    cache, doc = catalog_get(floe, path)
+    assert cache == "miss" and doc["metadata"]["current-snapshot-id"] == new_id
+    assert routed.load_table(f"{NS}.events").current_snapshot().snapshot_id == new_id
+    # A commit made elsewhere: floe-control sees it and purges the route's answers.
+    stack["writer"].load_table(f"{NS}.events").append(batch(10_000_100, 100))
+    newer = stack["writer"].load_table(f"{NS}.events").current_snapshot().snapshot_id
+    ctl.wait(lambda d: d["tables"][f"{NS}.events"]["snapshot_id"] == newer, "the commit")
+    assert catalog_get(floe, path)[1]["metadata"]["current-snapshot-id"] == newer
 
 
 def big_batch(start, n, parts=4):

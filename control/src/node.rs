@@ -190,6 +190,19 @@ impl NodeClient {
         self.send(req, "purge").await.map(|_| ())
     }
 
+    /// Drops the catalog route's cached answers about `namespace` (dotted). A node without a
+    /// catalog route answers 404, which is fine.
+    pub async fn purge_catalog(&self, namespace: &str) -> Result<(), NodeError> {
+        let req = self
+            .http
+            .post(format!("{}/catalog/purge", self.node.admin))
+            .query(&[("namespace", namespace)]);
+        match self.send(req, "catalog purge").await {
+            Ok(_) | Err(NodeError::Status { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Pins `keys` of `bucket` as immutable table files of `store`.
     pub async fn classify(
         &self,

@@ -73,6 +73,14 @@ async fn poll(
         if seen.get(&name) == Some(&location) {
             continue;
         }
+        // The proxies' catalog routes forget their cached loadTable of this namespace first, so
+        // once the status shows the new snapshot, so does the route.
+        let ns = ident.namespace().join(".");
+        for n in &ctl.nodes {
+            if let Err(e) = n.purge_catalog(&ns).await {
+                tracing::warn!(node = n.url(), namespace = %ns, error = %e, "catalog purge failed");
+            }
+        }
         let snapshot = table.metadata().current_snapshot_id();
         ctl.table(&name, |t| {
             t.metadata_location = location.clone();

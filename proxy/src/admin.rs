@@ -12,6 +12,8 @@
 //! - `GET /accesses[?max=N]` -> drains the access queue (served reads) for the heat ledger.
 //! - `POST /classify?bucket=B&store=metadata|data` with a body of keys, one per line -> those
 //!   keys are immutable table files of that store; this outranks the path rules.
+//! - `POST /catalog/purge?namespace=NS` -> the catalog route's cached answers about NS (dotted)
+//!   are dropped; floe-control calls it on every commit it sees.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -21,6 +23,8 @@ use async_trait::async_trait;
 use floe_blocks::{BlockCache, BlockFilter, ReadSpan, Store, StoreStats};
 use floe_core::{BucketName, ObjectKey};
 use floe_sigv4::canonical::decode;
+
+use crate::catalog::CatalogRoute;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
@@ -30,6 +34,7 @@ pub struct AdminApp {
     token: String,
     cache: Option<Arc<BlockCache>>,
     blocks: HashMap<String, Arc<BlockFilter>>,
+    catalog: Option<Arc<CatalogRoute>>,
 }
 
 impl AdminApp {
@@ -38,11 +43,13 @@ impl AdminApp {
         token: String,
         cache: Option<Arc<BlockCache>>,
         blocks: HashMap<String, Arc<BlockFilter>>,
+        catalog: Option<Arc<CatalogRoute>>,
     ) -> Self {
         Self {
             token,
             cache,
             blocks,
+            catalog,
         }
     }
 
@@ -98,9 +105,11 @@ impl AdminApp {
             );
         };
         match (path, q.get("key"), q.get("prefix")) {
-            ("/purge", Some(k), None) => (200, json!({"keys": 1, "blocks": filter.purge_key(k)})),
+            ("/purge", Some(k), None) => {
+                (200, json!({"keys": 1, "blocks": filter.purge_key(k).await}))
+            }
             ("/purge", None, Some(p)) => {
-                let (keys, blocks) = filter.purge_prefix(p);
+                let (keys, blocks) = filter.purge_prefix(p).await;
                 (200, json!({"keys": keys, "blocks": blocks}))
             }
             ("/warm", Some(k), None) => self.warm(filter, &bucket, k, q).await,
@@ -292,6 +301,13 @@ impl ServeHttp for AdminApp {
             ("GET", "/object") => return self.object(&q).await,
             ("GET", "/accesses") => self.accesses(&q),
             ("POST", "/classify") => self.classify(session, &q).await,
+            ("POST", "/catalog/purge") => match &self.catalog {
+                Some(c) => {
+                    let ns = q.get("namespace").map(String::as_str).unwrap_or("");
+                    (200, json!({"purged": c.purge(ns).await}))
+                }
+                None => (404, json!({"error": "no catalog route configured"})),
+            },
             ("POST", "/purge" | "/warm") => self.act(&path, &q).await,
             _ => (404, json!({"error": "unknown admin endpoint"})),
         };

@@ -23,6 +23,40 @@ pub struct FileConfig {
     /// The admin API listener. Default none.
     #[serde(default)]
     pub admin: Option<AdminSection>,
+    /// The catalog route: a shallow, caching Iceberg REST proxy. Default none.
+    #[serde(default)]
+    pub catalog: Option<CatalogSection>,
+}
+
+/// The `catalog` route kind: requests under `path` go to an Iceberg REST catalog; successful
+/// GETs are cached until a commit purges them or `ttl_ms` passes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSection {
+    /// The catalog's base URI (http or https), e.g. `http://127.0.0.1:8181`.
+    pub upstream: String,
+    /// Path prefix on Floe's S3 listeners. Default `/catalog` (a bucket of that name would be
+    /// shadowed, so the config refuses one).
+    #[serde(default = "default_catalog_path")]
+    pub path: String,
+    /// Freshness of a cached answer absent a purge. Default 30000 ms: commits through the route
+    /// purge at once, commits elsewhere within floe-control's poll interval; the TTL bounds
+    /// staleness when neither sees the commit.
+    #[serde(default = "default_catalog_ttl_ms")]
+    pub ttl_ms: u64,
+    /// Memory for cached answers. Default 64 MiB (loadTable answers are KiB to a few MiB).
+    #[serde(default = "default_catalog_cache_bytes")]
+    pub cache_bytes: usize,
+}
+
+fn default_catalog_path() -> String {
+    "/catalog".into()
+}
+fn default_catalog_ttl_ms() -> u64 {
+    30_000
+}
+fn default_catalog_cache_bytes() -> usize {
+    64 << 20
 }
 
 /// The admin API: its own listener and a bearer token (exactly one of token, token_env).

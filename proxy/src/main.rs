@@ -4,6 +4,7 @@
 //! Usage: `floe-proxy --config conf/quickstart.yaml` or `floe-proxy check conf/x.yaml`.
 
 mod admin;
+mod catalog;
 mod config;
 mod embedded;
 mod metrics;
@@ -139,6 +140,10 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         &s.hostnames,
     );
     let table_blocks = table.blocks.clone();
+    let catalog = settings
+        .catalog
+        .clone()
+        .map(|c| Arc::new(catalog::CatalogRoute::new(c)));
     let conf = ServerConf {
         threads: s.threads,
         grace_period_seconds: Some(s.grace_period_seconds),
@@ -149,7 +154,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
     server.bootstrap();
     let mut proxy = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
-        service::FloeProxy::new(table),
+        service::FloeProxy::new(table, catalog.clone()),
         "floe-s3",
     );
     for l in &s.listeners {
@@ -162,7 +167,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::info!(address = %l.address, tls = l.tls.is_some(), "listening");
     }
     if let Some((addr, token)) = &settings.admin {
-        let app = admin::AdminApp::new(token.clone(), cache.clone(), table_blocks);
+        let app = admin::AdminApp::new(token.clone(), cache.clone(), table_blocks, catalog);
         let mut a = Service::new("floe-admin".to_owned(), app);
         a.add_tcp(addr);
         server.add_service(a);

@@ -126,3 +126,35 @@ fn blocks_need_a_cache_section_with_sane_sizes() {
     .unwrap();
     assert_eq!(s.cache.unwrap().block_bytes, 2097152);
 }
+
+#[test]
+fn catalog_route_is_validated() {
+    let r = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: catalog\n    origin: o\n    anonymous: true\n";
+    let e = fails(&with(&format!(
+        "{r}catalog: {{upstream: 'http://127.0.0.1:8181'}}\n"
+    )));
+    assert_eq!(e.key, "catalog.path");
+    assert!(e.reason.contains("shadow"), "{e}");
+    let e = fails(&with(&format!(
+        "{r}catalog: {{upstream: 'ftp://x', path: /rest}}\n"
+    )));
+    assert_eq!(e.key, "catalog.upstream");
+    let e = fails(&with(&format!(
+        "{r}catalog: {{upstream: 'http://x', path: /a/b}}\n"
+    )));
+    assert_eq!(e.key, "catalog.path");
+    let ok = parse(
+        "t.yaml",
+        &with(&format!(
+            "{r}catalog: {{upstream: 'https://cat.example/api/', path: /rest}}\n"
+        )),
+        &env,
+    )
+    .unwrap();
+    let c = ok.catalog.unwrap();
+    assert_eq!(
+        (c.address.as_str(), c.tls, c.base.as_str()),
+        ("cat.example:443", true, "/api")
+    );
+    assert_eq!(c.ttl.as_secs(), 30);
+}

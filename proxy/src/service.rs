@@ -8,11 +8,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
 use floe_sigv4::canonical::decode;
+use pingora::cache::{CacheKey, CachePhase, NoCacheReason, RespCacheable};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::catalog::{CatalogReq, CatalogRoute};
 use crate::origin::QUEUE_WAIT;
 use crate::routes::{Route, RouteTable};
 use crate::{metrics, otel, respond};
@@ -29,17 +31,24 @@ pub struct Ctx {
     origin_bytes: u64,
     failure: Option<S3Error>,
     status: u16,
+    catalog: Option<CatalogReq>,
 }
 
-/// The S3 proxy.
+/// The S3 proxy (and the catalog route, when configured).
 pub struct FloeProxy {
     table: RouteTable,
+    catalog: Option<Arc<CatalogRoute>>,
 }
 
 impl FloeProxy {
-    /// A proxy over a route table.
-    pub fn new(table: RouteTable) -> Self {
-        Self { table }
+    /// A proxy over a route table and an optional catalog route.
+    pub fn new(table: RouteTable, catalog: Option<Arc<CatalogRoute>>) -> Self {
+        Self { table, catalog }
+    }
+
+    /// The catalog route and this request's place in it, for catalog requests.
+    fn catalog<'a>(&'a self, ctx: &'a Ctx) -> Option<(&'a CatalogRoute, &'a CatalogReq)> {
+        Some((self.catalog.as_deref()?, ctx.catalog.as_ref()?))
     }
 
     /// Routes, verifies and filters; `Ok(true)` means a response was already written.
@@ -165,10 +174,18 @@ impl ProxyHttp for FloeProxy {
             origin_bytes: 0,
             failure: None,
             status: 0,
+            catalog: None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        if let Some(cat) = &self.catalog {
+            let req = session.req_header();
+            ctx.catalog = cat.matches(req.method.as_str(), req.uri.path());
+            if ctx.catalog.is_some() {
+                return Ok(false);
+            }
+        }
         match self.admit(session, ctx).await {
             Ok(done) => Ok(done),
             Err(e) if session.response_written().is_some() => {
@@ -186,6 +203,9 @@ impl ProxyHttp for FloeProxy {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        if let Some((cat, _)) = self.catalog(ctx) {
+            return Ok(Box::new(cat.peer()));
+        }
         let Some(route) = ctx.route.clone() else {
             return Err(Error::explain(ErrorType::InternalError, "no route"));
         };
@@ -217,6 +237,9 @@ impl ProxyHttp for FloeProxy {
         req: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let Some((cat, _)) = self.catalog(ctx) {
+            return cat.rewrite(req);
+        }
         let Some(route) = &ctx.route else {
             return Ok(());
         };
@@ -250,6 +273,56 @@ impl ProxyHttp for FloeProxy {
             ctx.failure = Some(e);
             pe
         })
+    }
+
+    fn request_cache_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
+        if let Some((cat, c)) = self.catalog(ctx) {
+            if !c.mutation && session.req_header().method == http::Method::GET {
+                cat.enable(&mut session.cache);
+            }
+        }
+        Ok(())
+    }
+
+    fn cache_key_callback(&self, session: &Session, ctx: &mut Ctx) -> Result<CacheKey> {
+        match self.catalog(ctx) {
+            Some((cat, _)) => Ok(cat.key(session.req_header())),
+            None => Err(Error::explain(
+                ErrorType::InternalError,
+                "cache is catalog-only",
+            )),
+        }
+    }
+
+    fn response_cache_filter(
+        &self,
+        session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<RespCacheable> {
+        Ok(match self.catalog(ctx) {
+            Some((cat, c)) => cat.cacheable(session.cache.cache_key(), resp, &c.scope),
+            None => RespCacheable::Uncacheable(NoCacheReason::NeverEnabled),
+        })
+    }
+
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if ctx.catalog.is_some() {
+            let label = match session.cache.phase() {
+                CachePhase::Hit => "hit",
+                CachePhase::Miss | CachePhase::Expired => "miss",
+                _ => "pass",
+            };
+            ctx.f.cache = Some(label);
+            ctx.status = resp.status.as_u16();
+            resp.insert_header("x-floe-cache", label)?;
+        }
+        Ok(())
     }
 
     async fn upstream_response_filter(
@@ -380,6 +453,12 @@ impl ProxyHttp for FloeProxy {
             }
         }
         ctx.permit = None;
+        if let Some((cat, c)) = self.catalog(ctx) {
+            if c.mutation && (200..300).contains(&status) {
+                let purged = cat.after_mutation(&c.scope).await;
+                tracing::debug!(scope = %c.scope, purged, "catalog answers purged after a commit");
+            }
+        }
         tracing::info!(
             request_id = %ctx.f.request_id,
             route,

@@ -113,6 +113,12 @@ impl BlockCache {
         }))
     }
 
+    /// Waits until both stores' pending disk writes are done.
+    pub async fn settle(&self) {
+        self.data.storage().wait().await;
+        self.meta.storage().wait().await;
+    }
+
     /// The class of an object key.
     pub fn classify(&self, key: &str) -> Class {
         self.classifier.classify(key)

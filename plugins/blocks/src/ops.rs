@@ -68,24 +68,35 @@ impl BlockFilter {
     }
 
     /// Purges a key: its mapping and every block of its known version. Returns blocks removed.
-    pub fn purge_key(&self, key: &str) -> u64 {
-        let removed = match self.map.get(key) {
+    /// Blocks still being written to disk when the purge starts could land after the first
+    /// removal, so it waits for the disk tier's pending writes and removes again.
+    pub async fn purge_key(&self, key: &str) -> u64 {
+        let known = self.map.get(key);
+        let removed = match &known {
             Some(m) => self
                 .cache
-                .remove_blocks(&self.bucket_key, &Arc::from(key), &m),
+                .remove_blocks(&self.bucket_key, &Arc::from(key), m),
             None => 0,
         };
         if let Ok(mut p) = self.pinned.write() {
             p.remove(key);
         }
         self.invalidate(key);
+        if let Some(m) = &known {
+            self.cache.settle().await;
+            self.cache
+                .remove_blocks(&self.bucket_key, &Arc::from(key), m);
+        }
         removed
     }
 
     /// Purges every known key under `prefix`. Returns (keys, blocks) removed.
-    pub fn purge_prefix(&self, prefix: &str) -> (u64, u64) {
+    pub async fn purge_prefix(&self, prefix: &str) -> (u64, u64) {
         let keys = self.map.keys_with_prefix(prefix);
-        let blocks = keys.iter().map(|k| self.purge_key(k)).sum();
+        let mut blocks = 0;
+        for k in &keys {
+            blocks += self.purge_key(k).await;
+        }
         (keys.len() as u64, blocks)
     }
 

@@ -1,0 +1,263 @@
+//! The `catalog` route: a shallow Iceberg REST proxy under a path prefix (default `/catalog`).
+//! Successful GETs (config, namespace and table lists, loadTable) are cached with pingora-cache,
+//! keyed by path, query and the caller's Authorization header (catalogs answer per principal);
+//! everything else passes straight through. A successful mutation through the route purges the
+//! cached answers of its namespace (and the namespace-less ones: config, namespace lists), and the
+//! control plane purges a namespace when it sees a commit made elsewhere. The catalog stays the
+//! system of record: entries also expire after `ttl`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use pingora::cache::eviction::simple_lru;
+use pingora::cache::key::CompactCacheKey;
+use pingora::cache::lock::{CacheKeyLockImpl, CacheLock};
+use pingora::cache::storage::{PurgeOutcome, PurgeTarget, PurgeType, Storage};
+use pingora::cache::trace::Span;
+use pingora::cache::{CacheKey, CacheMeta, MemCache, NoCacheReason, RespCacheable};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use sha2::{Digest, Sha256};
+
+/// The catalog route's settings (validated by runtime.rs).
+#[derive(Debug, Clone)]
+pub struct CatalogSpec {
+    /// Path prefix, e.g. `/catalog`.
+    pub prefix: String,
+    /// Upstream host:port.
+    pub address: String,
+    /// Upstream host name (Host header, SNI).
+    pub host: String,
+    /// HTTPS upstream.
+    pub tls: bool,
+    /// Path of the catalog's base URI (`/` or e.g. `/api/catalog`), without a trailing slash.
+    pub base: String,
+    /// Freshness of a cached answer without a purge.
+    pub ttl: Duration,
+    /// Cache size ceiling.
+    pub cache_bytes: usize,
+}
+
+/// What one request through the route is.
+#[derive(Debug, Clone)]
+pub struct CatalogReq {
+    /// Namespace the request is about (dotted), empty when none.
+    pub scope: String,
+    /// Not a GET/HEAD.
+    pub mutation: bool,
+}
+
+/// The route, built once at startup.
+pub struct CatalogRoute {
+    spec: CatalogSpec,
+    storage: &'static MemCache,
+    eviction: &'static simple_lru::Manager,
+    lock: &'static CacheKeyLockImpl,
+    /// Cached keys by scope, so a namespace's answers can be purged.
+    index: Mutex<HashMap<String, HashSet<CompactCacheKey>>>,
+}
+
+impl CatalogRoute {
+    /// Builds the route. The cache parts are leaked once: pingora-cache wants `'static` stores.
+    pub fn new(spec: CatalogSpec) -> Self {
+        // pingora-cache's in-memory storage holds these small JSON answers; the LRU manager
+        // bounds it to `cache_bytes`.
+        let eviction = Box::leak(Box::new(simple_lru::Manager::new(spec.cache_bytes)));
+        let lock: &'static CacheKeyLockImpl =
+            Box::leak(Box::new(CacheLock::new(Duration::from_secs(5))));
+        Self {
+            storage: Box::leak(Box::new(MemCache::new())),
+            eviction,
+            lock,
+            spec,
+            index: Mutex::default(),
+        }
+    }
+
+    /// The request's place in the route, when `path` is under the prefix.
+    pub fn matches(&self, method: &str, path: &str) -> Option<CatalogReq> {
+        let rest = path.strip_prefix(&self.spec.prefix)?;
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return None;
+        }
+        Some(CatalogReq {
+            scope: scope_of(rest),
+            mutation: !matches!(method, "GET" | "HEAD"),
+        })
+    }
+
+    /// The upstream peer.
+    pub fn peer(&self) -> HttpPeer {
+        HttpPeer::new(
+            self.spec.address.as_str(),
+            self.spec.tls,
+            self.spec.host.clone(),
+        )
+    }
+
+    /// Points the request at the upstream: prefix swapped for the base path, Host rewritten.
+    pub fn rewrite(&self, req: &mut RequestHeader) -> pingora::Result<()> {
+        let path = req.uri.path();
+        let rest = path.strip_prefix(&self.spec.prefix).unwrap_or(path);
+        let mut target = format!("{}{}", self.spec.base, rest);
+        if target.is_empty() {
+            target.push('/');
+        }
+        if let Some(q) = req.uri.query() {
+            target = format!("{target}?{q}");
+        }
+        let uri = target
+            .parse()
+            .map_err(|e| pingora::Error::because(pingora::ErrorType::InternalError, "uri", e))?;
+        req.set_uri(uri);
+        req.insert_header("host", self.spec.host.as_str())?;
+        Ok(())
+    }
+
+    /// Turns the cache on for a GET.
+    pub fn enable(&self, cache: &mut pingora::cache::HttpCache) {
+        cache.enable(
+            self.storage,
+            Some(self.eviction),
+            None,
+            Some(self.lock),
+            None,
+        );
+    }
+
+    /// The cache key: the caller's Authorization (hashed) and the path with query.
+    pub fn key(&self, req: &RequestHeader) -> CacheKey {
+        let auth = req
+            .headers
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or(b"");
+        let principal = hex::encode(Sha256::digest(auth));
+        let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+        CacheKey::new(format!("{principal}\n{target}"), "")
+    }
+
+    /// Caches 200 answers for `ttl` and remembers their key under the request's scope.
+    pub fn cacheable(&self, key: &CacheKey, resp: &ResponseHeader, scope: &str) -> RespCacheable {
+        if resp.status.as_u16() != 200 {
+            return RespCacheable::Uncacheable(NoCacheReason::OriginNotCache);
+        }
+        if let Ok(mut idx) = self.index.lock() {
+            idx.entry(scope.to_owned())
+                .or_default()
+                .insert(key.to_compact());
+        }
+        let now = SystemTime::now();
+        RespCacheable::Cacheable(CacheMeta::new(now + self.spec.ttl, now, 0, 0, resp.clone()))
+    }
+
+    /// Drops every cached answer of `scope` (a dotted namespace; "" for config and lists).
+    /// Returns how many entries were purged.
+    pub async fn purge(&self, scope: &str) -> usize {
+        let keys = match self.index.lock() {
+            Ok(mut idx) => idx.remove(scope).unwrap_or_default(),
+            Err(_) => return 0,
+        };
+        let span = Span::inactive().handle();
+        let mut n = 0;
+        for k in &keys {
+            if let Ok(PurgeOutcome::Purged(_)) = self
+                .storage
+                .purge(PurgeTarget::Active(k), PurgeType::Invalidation, &span)
+                .await
+            {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// After a successful mutation: its namespace's answers and the namespace-less ones go; a
+    /// mutation without a namespace (multi-table commit, rename) clears everything.
+    pub async fn after_mutation(&self, scope: &str) -> usize {
+        if scope.is_empty() {
+            let scopes: Vec<String> = self
+                .index
+                .lock()
+                .map(|i| i.keys().cloned().collect())
+                .unwrap_or_default();
+            let mut n = 0;
+            for s in scopes {
+                n += self.purge(&s).await;
+            }
+            return n;
+        }
+        self.purge(scope).await + self.purge("").await
+    }
+}
+
+/// The namespace a REST path is about: the segment after `namespaces`, percent-decoded, with
+/// the REST spec's 0x1F separator shown as a dot. Empty when there is none.
+fn scope_of(path: &str) -> String {
+    let mut parts = path.split('/');
+    while let Some(p) = parts.next() {
+        if p == "namespaces" {
+            return parts
+                .next()
+                .map(|ns| floe_sigv4::canonical::decode(ns).replace('\u{1f}', "."))
+                .unwrap_or_default();
+        }
+    }
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route() -> CatalogRoute {
+        CatalogRoute::new(CatalogSpec {
+            prefix: "/catalog".into(),
+            address: "127.0.0.1:8181".into(),
+            host: "127.0.0.1".into(),
+            tls: false,
+            base: "/api".into(),
+            ttl: Duration::from_secs(30),
+            cache_bytes: 1 << 20,
+        })
+    }
+
+    #[test]
+    fn scopes_come_from_the_namespace_segment() {
+        assert_eq!(scope_of("/v1/namespaces/db/tables/t"), "db");
+        assert_eq!(scope_of("/v1/wh/namespaces/a%1Fb/tables"), "a.b");
+        assert_eq!(scope_of("/v1/namespaces"), "");
+        assert_eq!(scope_of("/v1/config"), "");
+    }
+
+    #[test]
+    fn only_paths_under_the_prefix_match() {
+        let r = route();
+        let m = r
+            .matches("POST", "/catalog/v1/namespaces/db/tables/t")
+            .unwrap();
+        assert!(m.mutation && m.scope == "db");
+        assert!(!r.matches("GET", "/catalog").unwrap().mutation);
+        assert!(r.matches("GET", "/catalogue/x").is_none());
+        assert!(r.matches("GET", "/bucket/key").is_none());
+    }
+
+    #[test]
+    fn rewrite_swaps_prefix_for_base_and_keeps_query() {
+        let r = route();
+        let mut req = RequestHeader::build("GET", b"/catalog/v1/config?warehouse=w", None).unwrap();
+        r.rewrite(&mut req).unwrap();
+        assert_eq!(req.uri.to_string(), "/api/v1/config?warehouse=w");
+        assert_eq!(req.headers["host"], "127.0.0.1");
+    }
+
+    #[test]
+    fn keys_differ_by_principal() {
+        let r = route();
+        let mut a = RequestHeader::build("GET", b"/catalog/v1/config", None).unwrap();
+        let b = a.clone();
+        a.insert_header("authorization", "Bearer x").unwrap();
+        assert_ne!(r.key(&a).to_compact(), r.key(&b).to_compact());
+    }
+}
