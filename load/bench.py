@@ -421,7 +421,15 @@ def write_report(results, waves, args, files, fsize, sf, profiles):
         lines += ["", f"## Where the warm hit path spends its time ({wl} ranges)", "",
                   "`perf record -F 1999 -g` on floe-proxy during the warm run (symbols >= 1.5% self time):", "",
                   "```", top, "```"]
-    (ROOT / "load" / "PERFORMANCE.md").write_text("\n".join(lines) + "\n")
+    out = ROOT / "load" / "PERFORMANCE.md"
+    # Sections other scripts own (load/compaction.sh) survive a rerun of this one.
+    kept = ""
+    if out.exists():
+        old = out.read_text()
+        begin, end = "<!-- compaction:begin -->", "<!-- compaction:end -->"
+        if begin in old and end in old:
+            kept = old[old.index(begin):old.index(end) + len(end)] + "\n"
+    out.write_text("\n".join(lines) + "\n" + kept)
     print("\n".join(lines))
 
 

@@ -56,7 +56,7 @@ CONTROL_YAML = """
 catalog: {{uri: "http://127.0.0.1:{rest}", poll_interval_ms: 200}}
 follow: [{{namespace: {ns}}}]
 nodes: [{{admin: "http://127.0.0.1:{admin}", token: {token}}}]
-prefetch: {{enabled: {prefetch}}}
+prefetch: {{enabled: {prefetch}, purge_after_ms: 1000}}
 heat: {{path: "{heat}", pull_interval_ms: 200}}
 status_address: "127.0.0.1:{status}"
 """
@@ -188,6 +188,32 @@ def test_restart_keeps_the_heat_ledger(stack):
     assert before and before <= after, (before, after)
 
 
+def test_catalog_classification_outranks_path_rules(stack):
+    """A key the path rules call mutable data (unknown name) is pinned as immutable metadata by
+    POST /classify, as floe-control does for table files: its blocks land in the metadata store."""
+    import boto3
+    floe = stack["floe"]
+    direct = boto3.client("s3", endpoint_url=stack["writer"].properties["s3.endpoint"],
+                          aws_access_key_id=ORIGIN_KEY, aws_secret_access_key=ORIGIN_SECRET,
+                          region_name="us-east-1")
+    body = os.urandom(300_000)
+    direct.put_object(Bucket=BUCKET, Key="odd/table-file.bin", Body=body)
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{floe.admin_port}/classify?bucket={BUCKET}&store=metadata",
+        data=b"odd/table-file.bin\n", method="POST",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(req) as r:
+        assert json.loads(r.read())["keys"] == 1
+    before = floe.admin("GET", "/stats")
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{floe.port}",
+                      aws_access_key_id=CLIENT[0], aws_secret_access_key=CLIENT[1],
+                      region_name="us-east-1")
+    assert s3.get_object(Bucket=BUCKET, Key="odd/table-file.bin", Range="bytes=0-99")["Body"].read() == body[:100]
+    after = floe.admin("GET", "/stats")
+    assert after["metadata"]["inserted"] == before["metadata"]["inserted"] + 1
+    assert after["data"]["inserted"] == before["data"]["inserted"]
+
+
 def catalog_get(floe, path):
     req = urllib.request.Request(f"http://127.0.0.1:{floe.port}/catalog{path}")
     with urllib.request.urlopen(req) as r:
@@ -291,9 +317,14 @@ def compaction_run(stack, ctl, table):
     assert t.current_snapshot().summary.operation.value == "replace"
     st = ctl.wait_warm(name, t.current_snapshot().snapshot_id)
     before = block_counts(stack["floe"])
+    t0 = time.monotonic()
     assert wave(stack["reader"], name) == [600_000] * 3
+    wave_s = round(time.monotonic() - t0, 3)
     after = block_counts(stack["floe"])
+    # The replaced files leave the cache after the grace period (1 s here).
+    ctl.wait(lambda d: d["tables"][name]["purged"] == replaced, f"{name}'s replaced files purged")
     return dict(replaced=replaced, new=st["data_files"], prefetched=st["warm"]["prefetched_bytes"],
+                wave_s=wave_s,
                 data=hit_ratio(before, after, "data"), metadata=hit_ratio(before, after, "metadata"))
 
 

@@ -132,8 +132,9 @@ pub struct PrefetchSection {
     /// Most bytes prefetched per replace commit. Default 1 GiB.
     #[serde(default = "default_prefetch_budget")]
     pub budget_bytes: u64,
-    /// Grace before the files of replaced snapshots are purged from the cache. Default none
-    /// (never purged: eviction handles them); set it to the table's snapshot-expiry age.
+    /// Grace before data files a commit dropped (compaction, overwrite, delete) are purged from
+    /// the proxies. Default: the table's `history.expire.max-snapshot-age-ms` (Iceberg's default
+    /// 5 days), so time travel within the table's own retention stays warm.
     #[serde(default)]
     pub purge_after_ms: Option<u64>,
 }

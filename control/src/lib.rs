@@ -1,11 +1,11 @@
 //! floe-control: follows an Iceberg REST catalog and keeps Floe's caches ahead of the engines.
 //!
-//! Four named workers share one [`state::Control`]: the **watcher** polls the catalog and hands
-//! each commit to the **warmer**, which walks metadata.json, the manifest list, manifests and
-//! Parquet footers into the proxies' metadata stores and publishes the file map; the **heat**
-//! worker drains the proxies' access reports into a ledger by (table, partition, column); after
-//! a compaction the warmer's **prefetch** step warms the hottest column chunks of the new files.
-//! A fifth, **status**, serves the JSON `floe-control status` prints.
+//! Named workers share one [`state::Control`]: the **watcher** polls the catalog and hands each
+//! commit to the **warmer**, which walks metadata.json, the manifest list, manifests and Parquet
+//! footers into the proxies' metadata stores and publishes the file map; the **heat** worker
+//! drains the proxies' access reports into a ledger by (table, partition, column); after a
+//! compaction the **prefetcher** warms the hottest column chunks of the new files. **status**
+//! serves the JSON `floe-control status` prints.
 //!
 //! ```
 //! let s = floe_control::config::parse(
@@ -17,6 +17,7 @@
 //! ```
 
 pub mod config;
+pub mod expiry;
 pub mod heat;
 pub mod mapper;
 pub mod node;
@@ -37,6 +38,7 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
     let listener = tokio::net::TcpListener::bind(settings.status_address).await?;
     let ctl = state::Control::new(settings);
     let (tx, rx) = mpsc::channel(64);
+    let (ptx, prx) = mpsc::channel(64);
     let b = &ctl.board;
     let tasks = vec![
         worker::spawn(
@@ -45,7 +47,11 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
         ),
         worker::spawn(
             b.handle("warmer"),
-            warmer::run(ctl.clone(), b.handle("warmer"), rx, stop.clone()),
+            warmer::run(ctl.clone(), b.handle("warmer"), rx, ptx, stop.clone()),
+        ),
+        worker::spawn(
+            b.handle("prefetcher"),
+            prefetch::run(ctl.clone(), b.handle("prefetcher"), prx, stop.clone()),
         ),
         worker::spawn(
             b.handle("heat"),

@@ -1,5 +1,5 @@
-//! Prefetch after a compaction (a `replace` snapshot): the replacement files' footers are warm
-//! already (the warmer read them); this warms the column chunks of the table's hottest
+//! The prefetcher, after a compaction (a `replace` snapshot): the replacement files' footers are
+//! warm already (the warmer read them); this warms the column chunks of the table's hottest
 //! (partition, column) pairs in those files, within a per-commit budget and the byte rate shared
 //! with the warmer. Heat is keyed by partition and column, not file, so it carries across.
 
@@ -8,9 +8,34 @@ use std::sync::Arc;
 
 use futures::{stream, StreamExt};
 
+use tokio::sync::mpsc;
+
 use crate::node::Span;
 use crate::state::Control;
-use crate::warmer::LiveFile;
+use crate::warmer::{set_phase, LiveFile, Replaced};
+use crate::worker::{Handle, Shutdown};
+
+/// Runs the prefetcher until shutdown: one replace commit at a time, behind the warmer.
+pub async fn run(
+    ctl: Arc<Control>,
+    h: Handle,
+    mut rx: mpsc::Receiver<Replaced>,
+    mut stop: Shutdown,
+) {
+    h.done();
+    loop {
+        let job = tokio::select! {
+            j = rx.recv() => j,
+            _ = stop.changed() => None,
+        };
+        let Some(job) = job else { return };
+        h.set("working", job.name.clone());
+        let bytes = after_replace(&ctl, &job.name, &job.live).await;
+        tracing::info!(table = %job.name, bytes, "prefetched after compaction");
+        set_phase(&ctl, &job.name, "warm");
+        h.done();
+    }
+}
 
 /// Warms the hot column chunks of the files a replace commit added. Returns bytes prefetched.
 pub async fn after_replace(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -> u64 {

@@ -48,6 +48,10 @@ pub struct TableState {
     pub commits: u64,
     /// Warm progress.
     pub warm: WarmProgress,
+    /// Replaced files waiting for their grace period before being purged.
+    pub purges_pending: u64,
+    /// Replaced files purged.
+    pub purged: u64,
 }
 
 /// Shared state of one floe-control process.
@@ -60,6 +64,10 @@ pub struct Control {
     pub tables: RwLock<BTreeMap<String, TableState>>,
     /// The file map.
     pub files: FileMap,
+    /// Each table's live data files at its last warmed commit.
+    pub live: std::sync::Mutex<
+        std::collections::HashMap<String, std::collections::HashSet<crate::mapper::FileKey>>,
+    >,
     /// The heat ledger.
     pub heat: Ledger,
     /// Byte-rate limit of warming and prefetch together.
@@ -84,6 +92,7 @@ impl Control {
             nodes,
             tables: RwLock::default(),
             files: FileMap::default(),
+            live: Default::default(),
             heat,
             rate,
             board: Board::default(),

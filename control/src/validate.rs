@@ -156,6 +156,14 @@ nodes: [ { admin: 'http://127.0.0.1:9101', token: t } ]
     }
 
     #[test]
+    fn shipped_config_loads() {
+        let s = parse(include_str!("../../conf/control.yaml")).unwrap();
+        assert_eq!(s.nodes[0].admin, "http://127.0.0.1:9101");
+        assert_eq!(s.follow[0].0, vec!["warehouse".to_owned()]);
+        assert_eq!(s.prefetch.purge_after_ms, None);
+    }
+
+    #[test]
     fn wrong_key_is_named() {
         let e = parse(include_str!("../../conf/testdata/control-wrongkey.yaml")).unwrap_err();
         assert_eq!(e.file, "f.yaml");

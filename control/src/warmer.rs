@@ -37,8 +37,22 @@ pub struct LiveFile {
     pub new: bool,
 }
 
-/// Runs the warmer until shutdown.
-pub async fn run(ctl: Arc<Control>, h: Handle, mut rx: mpsc::Receiver<Commit>, mut stop: Shutdown) {
+/// Work for the prefetcher: a replace commit's live files.
+pub struct Replaced {
+    /// `namespace.table`.
+    pub name: String,
+    /// The live files after the commit (the new ones flagged).
+    pub live: Vec<LiveFile>,
+}
+
+/// Runs the warmer until shutdown; replace commits go on to the prefetcher.
+pub async fn run(
+    ctl: Arc<Control>,
+    h: Handle,
+    mut rx: mpsc::Receiver<Commit>,
+    prefetch: mpsc::Sender<Replaced>,
+    mut stop: Shutdown,
+) {
     h.done();
     loop {
         let commit = tokio::select! {
@@ -47,7 +61,7 @@ pub async fn run(ctl: Arc<Control>, h: Handle, mut rx: mpsc::Receiver<Commit>, m
         };
         let Some(c) = commit else { return };
         h.set("working", c.name.clone());
-        if let Err(e) = warm_commit(&ctl, &c).await {
+        if let Err(e) = warm_commit(&ctl, &c, &prefetch, stop.clone()).await {
             ctl.table(&c.name, |t| {
                 t.warm.phase = "failed".into();
                 t.warm.note = e.clone();
@@ -65,7 +79,12 @@ fn loc(path: &str) -> Result<FileKey, String> {
 }
 
 /// Warms one commit; returns an error text when the walk could not finish.
-pub async fn warm_commit(ctl: &Arc<Control>, c: &Commit) -> Result<(), String> {
+pub async fn warm_commit(
+    ctl: &Arc<Control>,
+    c: &Commit,
+    prefetch: &mpsc::Sender<Replaced>,
+    stop: Shutdown,
+) -> Result<(), String> {
     let meta = c.table.metadata();
     let Some(snapshot) = meta.current_snapshot() else {
         ctl.table(&c.name, |t| t.warm.phase = "warm".into());
@@ -146,20 +165,36 @@ pub async fn warm_commit(ctl: &Arc<Control>, c: &Commit) -> Result<(), String> {
     });
     let mapped = footers(ctl, &c.name, &live).await;
     ctl.files.publish_table(&c.name, mapped);
+    let gone = crate::expiry::replaced(ctl, &c.name, data_keys.into_iter().collect());
+    let grace = crate::expiry::grace(ctl, meta.properties());
+    crate::expiry::schedule(ctl, &c.name, gone, grace, stop);
     if op == Operation::Replace && ctl.settings.prefetch.enabled {
         set_phase(ctl, &c.name, "prefetching");
-        crate::prefetch::after_replace(ctl, &c.name, &live).await;
+        let job = Replaced {
+            name: c.name.clone(),
+            live,
+        };
+        if prefetch.send(job).await.is_ok() {
+            return Ok(()); // the prefetcher marks the table warm when it is done
+        }
     }
     set_phase(ctl, &c.name, "warm");
     Ok(())
 }
 
-/// Reads each live file's footer through node 0 (a bounded suffix; a second read only when the
-/// footer is larger), warms it on the others, and returns the file map entries.
+/// Reads each new live file's footer through node 0 (a bounded suffix; a second read only when
+/// the footer is larger), warms it on the others, and returns the file map entries.
 async fn footers(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -> Vec<(FileKey, FileInfo)> {
     let budget = ctl.settings.warm.table_budget_bytes;
+    // Files are immutable: one mapped at an earlier commit is warm already and maps the same.
+    let known = ctl.files.load();
+    let known = &known;
     let out: Vec<Option<(FileKey, FileInfo)>> = stream::iter(live.iter().cloned())
         .map(|f| async move {
+            if let Some(info) = known.get(&f.loc) {
+                progress(ctl, table, 0, 1, 0);
+                return Some((f.loc, FileInfo::clone(info)));
+            }
             let spent = ctl.tables().get(table).map(|t| t.warm.bytes).unwrap_or(0);
             if spent >= budget {
                 ctl.table(table, |t| {
@@ -240,7 +275,7 @@ async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInf
 }
 
 /// Moves the table to `phase` unless warming stopped early (over budget keeps its note).
-fn set_phase(ctl: &Control, table: &str, phase: &str) {
+pub fn set_phase(ctl: &Control, table: &str, phase: &str) {
     ctl.table(table, |t| {
         if t.warm.phase != "over-budget" {
             t.warm.phase = phase.into();
