@@ -18,21 +18,22 @@ import json, pathlib, sys, datetime
 r = json.loads(pathlib.Path(sys.argv[1]).read_text())
 rows = []
 for mode, v in r.items():
-    ratio, hits, misses, origin = v["data"]
+    ratio, hits, fetched, origin = v["data"]
     rows.append(f"| {mode.replace('_', ' ')} | {v['replaced']} -> {v['new']} | {v['prefetched'] / 2**20:.1f} "
-                f"| {ratio:.0%} ({hits} hits, {misses} misses) | {origin / 2**20:.1f} | {v['wave_s']:.2f} |")
+                f"| {ratio:.0%} ({hits} hit, {fetched} fetched) | {origin / 2**20:.1f} | {v['wave_s']:.2f} |")
 section = "\n".join([
     "<!-- compaction:begin -->",
     "## Compaction: first query wave after a `replace` commit",
     "",
-    f"Produced by `load/compaction.sh` on {datetime.date.today()} (debug builds; MinIO origin without "
-    "added latency; PyIceberg reader through Floe; floe-control polling a REST catalog every 200 ms). "
+    f"Produced by `load/compaction.sh` on {datetime.date.today()} (debug builds; MinIO origin behind a "
+    "relay adding 30 ms to each origin request during the measured wave; PyIceberg reader through "
+    "Floe; floe-control polling the Iceberg REST fixture every 200 ms). "
     "A 2.4M-row table partitioned by `p` (4 partitions, 3 appends = 12 files) is read by a 3-query "
-    "working set twice, then compacted by a PyIceberg `replace` commit into 4 files; the ratio is "
-    "of data-store block lookups during the first wave after the commit (footers are in the "
-    "metadata store, warmed by floe-control in both runs).",
+    "working set twice, then compacted by a PyIceberg `replace` commit into 4 files. The ratio is "
+    "data-store blocks hit / (hit + fetched from the origin) during the first wave after the "
+    "commit; footers live in the metadata store and floe-control warms them in both runs.",
     "",
-    "| floe-control | files | prefetched MiB | data block hits | origin MiB in wave | wave s |",
+    "| floe-control | files | prefetched MiB | data blocks hit | origin MiB in wave | wave s |",
     "|---|---:|---:|---:|---:|---:|",
     *rows,
     "<!-- compaction:end -->",

@@ -9,6 +9,7 @@ import re
 import socket
 import struct
 import threading
+import time
 
 
 class Relay:
@@ -19,6 +20,7 @@ class Relay:
         self.requests = collections.Counter()  # request lines toward the origin, by method
         self.lines = []  # (method, target) of each request line toward the origin, in order
         self.cut_after = None  # cut the next response after this many bytes
+        self.delay = 0  # seconds added before each request is forwarded (origin latency)
         self.conns = set()
         self.listener = None
         self.port = None
@@ -102,6 +104,8 @@ class Relay:
                         self.lines.append((m.group(1).decode(), m.group(2).decode()))
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
+            if to_origin and m and self.delay:
+                time.sleep(self.delay)  # simulated origin latency, not synchronisation
             if budget is not None and not to_origin:
                 if len(data) >= budget:
                     try:
