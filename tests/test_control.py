@@ -155,6 +155,42 @@ def test_each_commit_is_warm_before_the_first_query(stack, relay):
         ctl.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
 
 
+def duckdb_iceberg(rest_port, s3_port, sql):
+    """DuckDB with its iceberg extension (offline, from the PyPI wheels), the REST catalog
+    attached as `lake`, S3 reads through `s3_port`."""
+    import duckdb
+    con = duckdb.connect()
+    for name in ("httpfs", "avro", "iceberg"):
+        mod = __import__(f"duckdb_extension_{name}")
+        ext = next(pathlib.Path(mod.__file__).parent.rglob(f"{name}.duckdb_extension"))
+        con.execute(f"LOAD '{ext}'")
+    con.execute(f"""CREATE SECRET floe (TYPE s3, KEY_ID '{CLIENT[0]}', SECRET '{CLIENT[1]}',
+        REGION 'us-east-1', ENDPOINT '127.0.0.1:{s3_port}', URL_STYLE 'path', USE_SSL false)""")
+    con.execute(f"""ATTACH '' AS lake (TYPE iceberg, ENDPOINT 'http://127.0.0.1:{rest_port}',
+        AUTHORIZATION_TYPE 'none')""")
+    return con.execute(sql).fetchall()
+
+
+def test_duckdb_after_a_commit_reads_warm(stack, relay):
+    """DuckDB reads metadata.json itself (PyIceberg takes it from the REST answer): after a
+    commit its first query through Floe makes no origin request for the table either."""
+    w, ctl = stack["writer"], stack["ctl"]
+    t = w.load_table(f"{NS}.events")
+    t.append(batch(50_000_000, 5000))
+    t = w.load_table(f"{NS}.events")
+    ctl.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
+    expected = len(t.scan().to_arrow())
+    mark = len(relay.lines)
+    before = block_counts(stack["floe"])
+    got = duckdb_iceberg(stack["rest_port"], stack["floe"].port,
+                         f"SELECT count(*), count(DISTINCT id) FROM lake.{NS}.events")
+    assert got == [(expected, expected)]
+    after = block_counts(stack["floe"])
+    assert after["metadata"][0] > before["metadata"][0], "DuckDB did not read through Floe"
+    touched = table_requests(relay, mark, "events")
+    assert touched == [], f"DuckDB's first query after the commit went to the origin: {touched}"
+
+
 def test_an_unfollowed_table_does_go_to_the_origin(stack, relay):
     """The control case for the test above: the relay does see a cold table's reads."""
     w = stack["writer"]

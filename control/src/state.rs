@@ -106,6 +106,15 @@ impl Control {
         }
     }
 
+    /// Bytes warmed for `table`'s current commit so far.
+    pub fn spent(&self, table: &str) -> u64 {
+        self.tables
+            .read()
+            .ok()
+            .and_then(|t| t.get(table).map(|t| t.warm.bytes))
+            .unwrap_or(0)
+    }
+
     /// A copy of every table's state.
     pub fn tables(&self) -> BTreeMap<String, TableState> {
         self.tables.read().map(|t| t.clone()).unwrap_or_default()

@@ -195,7 +195,7 @@ async fn footers(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -> Vec<(Fil
                 progress(ctl, table, 0, 1, 0);
                 return Some((f.loc, FileInfo::clone(info)));
             }
-            let spent = ctl.tables().get(table).map(|t| t.warm.bytes).unwrap_or(0);
+            let spent = ctl.spent(table);
             if spent >= budget {
                 ctl.table(table, |t| {
                     t.warm.phase = "over-budget".into();
