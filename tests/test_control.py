@@ -59,17 +59,18 @@ nodes: [{{admin: "http://127.0.0.1:{admin}", token: {token}}}]
 prefetch: {{enabled: {prefetch}, purge_after_ms: 1000}}
 heat: {{path: "{heat}", pull_interval_ms: 200}}
 status_address: "127.0.0.1:{status}"
+{extra}
 """
 
 
 class Control:
-    def __init__(self, tmp, rest_port, admin_port, prefetch=True):
+    def __init__(self, tmp, rest_port, admin_port, prefetch=True, extra=""):
         self.tmp, self.port = tmp, free_port()
         self.conf = tmp / "control.yaml"
         self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, admin=admin_port,
                                                  token=ADMIN_TOKEN, heat=tmp / "heat.json",
                                                  status=self.port,
-                                                 prefetch=str(prefetch).lower()))
+                                                 prefetch=str(prefetch).lower(), extra=extra))
         self.start()
 
     def start(self):
@@ -201,6 +202,20 @@ def test_an_unfollowed_table_does_go_to_the_origin(stack, relay):
     assert stack["reader"].load_table("cold.events").scan().to_arrow().num_rows == 1000
     touched = [line for line in relay.lines[mark:] if "/wh/cold/events" in line[1]]
     assert any(".avro" in p for _, p in touched) and any(".parquet" in p for _, p in touched)
+
+
+def test_over_budget_warming_stops_and_says_so(stack):
+    tmp = stack["tmp"] / "budget"
+    tmp.mkdir()
+    c = Control(tmp, stack["rest_port"], stack["floe"].admin_port,
+                extra="warm: {table_budget_bytes: 1}")
+    try:
+        doc = c.wait(lambda d: d["tables"].get(f"{NS}.events", {}).get("warm", {}).get("phase")
+                     == "over-budget", "over-budget")
+        w = doc["tables"][f"{NS}.events"]["warm"]
+        assert "budget" in w["note"] and w["done"] < w["total"], w
+    finally:
+        c.stop()
 
 
 def test_status_cli_prints_tables_workers_and_heat(stack):

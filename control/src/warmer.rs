@@ -158,7 +158,19 @@ pub async fn warm_commit(
     }
     pin(ctl, &metadata_keys, Store::Metadata).await;
     let data_keys: Vec<FileKey> = live.iter().map(|f| f.loc.clone()).collect();
-    pin(ctl, &data_keys, Store::Data).await;
+    // Only files the nodes have not been told about at an earlier commit (bounded bodies).
+    let told = ctl
+        .live
+        .lock()
+        .ok()
+        .and_then(|l| l.get(&c.name).cloned())
+        .unwrap_or_default();
+    let fresh: Vec<FileKey> = data_keys
+        .iter()
+        .filter(|k| !told.contains(*k))
+        .cloned()
+        .collect();
+    pin(ctl, &fresh, Store::Data).await;
     ctl.table(&c.name, |t| {
         t.data_files = live.len() as u64;
         t.warm.total += live.len() as u64;
