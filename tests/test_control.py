@@ -55,7 +55,7 @@ def iceberg(rest_port, s3_port, key, secret, path=""):
 CONTROL_YAML = """
 catalog: {{uri: "http://127.0.0.1:{rest}", poll_interval_ms: 200}}
 follow: [{{namespace: {ns}}}]
-nodes: [{{admin: "http://127.0.0.1:{admin}", token: {token}}}]
+nodes: [{nodes}]
 prefetch: {{enabled: {prefetch}, purge_after_ms: 1000}}
 heat: {{path: "{heat}", pull_interval_ms: 200}}
 status_address: "127.0.0.1:{status}"
@@ -67,8 +67,10 @@ class Control:
     def __init__(self, tmp, rest_port, admin_port, prefetch=True, extra=""):
         self.tmp, self.port = tmp, free_port()
         self.conf = tmp / "control.yaml"
-        self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, admin=admin_port,
-                                                 token=ADMIN_TOKEN, heat=tmp / "heat.json",
+        ports = admin_port if isinstance(admin_port, list) else [admin_port]
+        nodes = ", ".join(f'{{admin: "http://127.0.0.1:{p}", token: {ADMIN_TOKEN}}}' for p in ports)
+        self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, nodes=nodes,
+                                                 heat=tmp / "heat.json",
                                                  status=self.port,
                                                  prefetch=str(prefetch).lower(), extra=extra))
         self.start()
@@ -190,6 +192,25 @@ def test_duckdb_after_a_commit_reads_warm(stack, relay):
     assert after["metadata"][0] > before["metadata"][0], "DuckDB did not read through Floe"
     touched = table_requests(relay, mark, "events")
     assert touched == [], f"DuckDB's first query after the commit went to the origin: {touched}"
+
+
+def test_every_node_is_warmed(stack, relay, tmp_path):
+    """Two Floe nodes: floe-control reads through node 0 and warms node 1 by key, so the first
+    query through node 1 makes no origin request either."""
+    b = start_cached_floe(tmp_path, relay.port, tmp_path / "cache-b")
+    c = Control(tmp_path, stack["rest_port"], [stack["floe"].admin_port, b.admin_port])
+    try:
+        t = stack["writer"].load_table(f"{NS}.events")
+        c.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
+        mark = len(relay.lines)
+        via_b = iceberg(stack["rest_port"], b.port, *CLIENT)
+        assert via_b.load_table(f"{NS}.events").scan().to_arrow().num_rows == len(t.scan().to_arrow())
+        touched = table_requests(relay, mark, "events")
+        assert touched == [], f"node 1 went to the origin: {touched}"
+        assert b.admin("GET", "/stats")["metadata"]["hits"] > 0
+    finally:
+        c.stop()
+        b.stop()
 
 
 def test_an_unfollowed_table_does_go_to_the_origin(stack, relay):

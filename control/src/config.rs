@@ -132,6 +132,10 @@ pub struct PrefetchSection {
     /// Most bytes prefetched per replace commit. Default 1 GiB.
     #[serde(default = "default_prefetch_budget")]
     pub budget_bytes: u64,
+    /// Prefetch yields (up to 1 s per read) while a node has more than this many client reads
+    /// waiting on the origin. Default 0: any foreground miss goes first.
+    #[serde(default)]
+    pub yield_above: u64,
     /// Grace before data files a commit dropped (compaction, overwrite, delete) are purged from
     /// the proxies. Default: the table's `history.expire.max-snapshot-age-ms` (Iceberg's default
     /// 5 days), so time travel within the table's own retention stays warm.
@@ -208,6 +212,7 @@ impl Default for PrefetchSection {
             enabled: true,
             top_pairs: default_pairs(),
             budget_bytes: default_prefetch_budget(),
+            yield_above: 0,
             purge_after_ms: None,
         }
     }

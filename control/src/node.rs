@@ -218,6 +218,13 @@ impl NodeClient {
         self.send(req, "classify").await.map(|_| ())
     }
 
+    /// Client reads on the node waiting on origin fills right now.
+    pub async fn foreground_misses(&self) -> Result<u64, NodeError> {
+        let req = self.http.get(format!("{}/stats", self.node.admin));
+        let v: serde_json::Value = self.json(req, "stats").await?;
+        Ok(v["foreground_misses"].as_u64().unwrap_or(0))
+    }
+
     /// Drains up to `max` access records; returns them and the node's dropped count.
     pub async fn accesses(&self, max: usize) -> Result<(Vec<Access>, u64), NodeError> {
         let req = self

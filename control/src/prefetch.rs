@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{stream, StreamExt};
 
@@ -74,6 +75,7 @@ pub async fn after_replace(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -
         .collect();
     let done: Vec<u64> = stream::iter(within)
         .map(|(l, a, b)| async move {
+            yield_to_foreground(ctl).await;
             ctl.rate.acquire(b - a + 1).await;
             let mut warmed = 0;
             for n in &ctl.nodes {
@@ -90,6 +92,27 @@ pub async fn after_replace(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -
     let total = done.iter().sum();
     ctl.table(table, |t| t.warm.prefetched_bytes += total);
     total
+}
+
+/// Longest a prefetch read waits for foreground misses to clear before going anyway (so a
+/// steadily busy node still gets its compaction prefetched, just slowly).
+const MAX_YIELD: Duration = Duration::from_secs(1);
+/// How often a yielding prefetch looks again.
+const YIELD_STEP: Duration = Duration::from_millis(20);
+
+/// Waits while any node has client reads waiting on the origin (up to [`MAX_YIELD`]).
+async fn yield_to_foreground(ctl: &Control) {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < MAX_YIELD {
+        let mut busy = false;
+        for n in &ctl.nodes {
+            busy |= n.foreground_misses().await.unwrap_or(0) > ctl.settings.prefetch.yield_above;
+        }
+        if !busy {
+            return;
+        }
+        tokio::time::sleep(YIELD_STEP).await;
+    }
 }
 
 type Range = ((String, String), u64, u64);

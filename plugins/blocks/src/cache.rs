@@ -69,6 +69,9 @@ pub struct BlockCache {
     pub meta_stats: StoreStats,
     /// Served reads, drained by the control plane's heat ledger.
     pub access: AccessLog,
+    /// Client reads that are waiting on origin fills right now (the control plane's prefetch
+    /// yields to them). Touched only on the miss path.
+    pub foreground_misses: AtomicU64,
     sketch: Sketch,
     inflight: Inflight,
     classifier: Classifier,
@@ -107,6 +110,7 @@ impl BlockCache {
             data_stats,
             meta_stats,
             access: AccessLog::default(),
+            foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
             inflight: Inflight::default(),
             classifier,

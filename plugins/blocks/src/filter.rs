@@ -2,6 +2,7 @@
 //! drops mappings on writes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -223,6 +224,8 @@ impl BlockFilter {
                 }
             }
         }
+        // Counted while this response waits on the origin (released when serve returns).
+        let _miss = (missing > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
         let label = match (head || size == 0, missing, cached) {
             (true, _, _) => {
                 if map_hit {
@@ -275,6 +278,22 @@ impl BlockFilter {
             len: body_len,
         });
         Ok(true)
+    }
+}
+
+/// Holds one unit of a gauge until dropped.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    fn enter(g: &'a AtomicU64) -> Self {
+        g.fetch_add(1, Ordering::Relaxed);
+        Self(g)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
