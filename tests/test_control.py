@@ -447,4 +447,10 @@ def test_catalog_outage_does_not_disturb_reads(stack, relay):
         key = f.split(f"s3://{BUCKET}/", 1)[1]
         got = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
         assert got == direct.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    # The catalog route answers an Iceberg REST error, not an S3 one.
+    import urllib.error
+    with pytest.raises(urllib.error.HTTPError) as e:
+        catalog_get(floe, f"/v1/namespaces/{NS}/tables/never-cached")
+    assert e.value.code == 503
+    assert json.loads(e.value.read())["error"]["type"] == "ServiceUnavailableException"
     stack["rest"] = start_rest(stack["tmp"], relay.upstream[1], stack["rest_port"])

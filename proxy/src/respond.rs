@@ -1,4 +1,5 @@
-//! Responses Floe writes itself: S3 XML errors and ListBuckets.
+//! Responses Floe writes itself: S3 XML errors, ListBuckets, and Iceberg REST errors for the
+//! catalog route.
 
 use bytes::Bytes;
 use floe_core::{BucketName, RequestId, S3Error};
@@ -63,4 +64,28 @@ pub async fn list_buckets(
         .write_response_body(Some(Bytes::from(body)), true)
         .await?;
     Ok(200)
+}
+
+/// Writes an Iceberg REST `ErrorModel` (the catalog route's failures: the catalog unreachable).
+pub async fn catalog_error(
+    session: &mut Session,
+    status: u16,
+    message: &str,
+) -> pingora::Result<u16> {
+    let kind = match status {
+        503 => "ServiceUnavailableException",
+        _ => "ServerErrorException",
+    };
+    let body = serde_json::json!({"error": {"message": message, "type": kind, "code": status}})
+        .to_string();
+    session.set_keepalive(None);
+    let mut resp = ResponseHeader::build(status, Some(3))?;
+    resp.insert_header("content-type", "application/json")?;
+    resp.insert_header("content-length", body.len().to_string())?;
+    resp.insert_header("connection", "close")?;
+    session.write_response_header(Box::new(resp), false).await?;
+    session
+        .write_response_body(Some(Bytes::from(body)), true)
+        .await?;
+    Ok(status)
 }

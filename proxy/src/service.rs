@@ -396,6 +396,24 @@ impl ProxyHttp for FloeProxy {
     }
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        if ctx.catalog.is_some() {
+            let code = if session.response_written().is_some() {
+                0
+            } else {
+                let msg = format!(
+                    "Floe could not reach the Iceberg REST catalog: {}",
+                    e.etype().as_str()
+                );
+                respond::catalog_error(session, 503, &msg)
+                    .await
+                    .unwrap_or(0)
+            };
+            ctx.status = code;
+            return FailToProxy {
+                error_code: code,
+                can_reuse_downstream: false,
+            };
+        }
         let err = ctx.failure.clone().unwrap_or_else(|| match e.esource() {
             ErrorSource::Upstream => S3Error::new(
                 S3ErrorCode::SlowDown,
