@@ -272,7 +272,14 @@ impl ProxyHttp for FloeProxy {
             let pe = s3_to_pingora(&e);
             ctx.failure = Some(e);
             pe
-        })
+        })?;
+        // A stage holding bytes back leaves an empty piece; Pingora would write it as a chunk of
+        // length 0, which on a chunked upstream body is the terminator: the real end then adds a
+        // second one and the origin reads the stray `0\r\n\r\n` as the next request (400).
+        if body.as_ref().is_some_and(Bytes::is_empty) {
+            *body = None;
+        }
+        Ok(())
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
