@@ -273,10 +273,12 @@ impl ProxyHttp for FloeProxy {
             ctx.failure = Some(e);
             pe
         })?;
-        // A stage holding bytes back leaves an empty piece; Pingora would write it as a chunk of
-        // length 0, which on a chunked upstream body is the terminator: the real end then adds a
-        // second one and the origin reads the stray `0\r\n\r\n` as the next request (400).
-        if body.as_ref().is_some_and(Bytes::is_empty) {
+        // A stage that emits its last bytes early leaves an empty final piece. Pingora skips empty
+        // pieces mid-body (and reads `None` there as the end), but writes an empty *final* piece
+        // as a zero-length chunk, i.e. a terminator, before finishing the body with another one;
+        // the origin then reads the stray `0\r\n\r\n` as the next request (400). So the end
+        // goes out as `None`.
+        if end && body.as_ref().is_some_and(Bytes::is_empty) {
             *body = None;
         }
         Ok(())
