@@ -228,17 +228,7 @@ impl Default for HeatSection {
     }
 }
 
-/// A config problem: file, key path, reason.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {key}: {reason}")]
-pub struct ConfigError {
-    /// The config file.
-    pub file: String,
-    /// The offending key path.
-    pub key: String,
-    /// What is wrong.
-    pub reason: String,
-}
+pub use floe_core::config::ConfigError;
 
 /// A validated node.
 #[derive(Debug, Clone)]
@@ -272,13 +262,7 @@ pub struct Settings {
 
 /// Reads and validates a config file.
 pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: file.clone(),
-        key: "(file)".into(),
-        reason: e.to_string(),
-    })?;
-    parse(&file, &text, &|v| std::env::var(v).ok())
+    floe_core::config::load(path, parse)
 }
 
 /// Parses and validates config text; `env` resolves environment variables.

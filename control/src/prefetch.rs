@@ -23,19 +23,16 @@ pub async fn run(
     mut rx: mpsc::Receiver<Replaced>,
     mut stop: Shutdown,
 ) {
-    h.done();
-    loop {
-        let job = tokio::select! {
-            j = rx.recv() => j,
-            _ = stop.changed() => None,
-        };
-        let Some(job) = job else { return };
-        h.set("working", job.name.clone());
-        let bytes = after_replace(&ctl, &job.name, &job.live).await;
-        tracing::info!(table = %job.name, bytes, "prefetched after compaction");
-        set_phase(&ctl, &job.name, "warm");
-        h.done();
-    }
+    crate::worker::drain(&h, &mut rx, &mut stop, |job: Replaced| {
+        let (ctl, h) = (ctl.clone(), h.clone());
+        async move {
+            h.set("working", job.name.clone());
+            let bytes = after_replace(&ctl, &job.name, &job.live).await;
+            tracing::info!(table = %job.name, bytes, "prefetched after compaction");
+            set_phase(&ctl, &job.name, "warm");
+        }
+    })
+    .await
 }
 
 /// Warms the hot column chunks of the files a replace commit added. Returns bytes prefetched.

@@ -2,36 +2,17 @@
 
 use std::time::Duration;
 
+use floe_core::config::ConfigCx as Cx;
+
 use crate::config::{ConfigError, FileConfig, Node, Settings};
 
-struct Cx<'a> {
-    file: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Cx<'_> {
-    fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            file: self.file.to_owned(),
-            key: key.into(),
-            reason: reason.into(),
-        }
+/// An http(s) URL without its trailing slash.
+fn url(cx: &Cx<'_>, key: &str, v: &str) -> Result<String, ConfigError> {
+    let u = url::Url::parse(v).map_err(|e| cx.err(key, format!("{v:?}: {e}")))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(cx.err(key, format!("{v:?}: scheme must be http or https")));
     }
-
-    fn var(&self, key: &str, var: &str) -> Result<String, ConfigError> {
-        match (self.env)(var) {
-            Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(self.err(key, format!("environment variable {var} is not set"))),
-        }
-    }
-
-    fn url(&self, key: &str, v: &str) -> Result<String, ConfigError> {
-        let u = url::Url::parse(v).map_err(|e| self.err(key, format!("{v:?}: {e}")))?;
-        if !matches!(u.scheme(), "http" | "https") {
-            return Err(self.err(key, format!("{v:?}: scheme must be http or https")));
-        }
-        Ok(v.trim_end_matches('/').to_owned())
-    }
+    Ok(v.trim_end_matches('/').to_owned())
 }
 
 /// Validates `text` (the contents of `file`).
@@ -43,7 +24,7 @@ pub fn validate(
     let cx = Cx { file, env };
     let c: FileConfig =
         serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
-    let mut props = vec![("uri".to_owned(), cx.url("catalog.uri", &c.catalog.uri)?)];
+    let mut props = vec![("uri".to_owned(), url(&cx, "catalog.uri", &c.catalog.uri)?)];
     if let Some(w) = &c.catalog.warehouse {
         props.push(("warehouse".into(), w.clone()));
     }
@@ -59,15 +40,15 @@ pub fn validate(
         props.push(("token".into(), t.clone()));
     }
     if let Some(v) = &c.catalog.token_env {
-        props.push(("token".into(), cx.var("catalog.token_env", v)?));
+        props.push(("token".into(), cx.secret_env("catalog.token_env", v)?));
     }
     if let Some(o) = &c.catalog.oauth2 {
-        let secret = cx.var("catalog.oauth2.client_secret_env", &o.client_secret_env)?;
+        let secret = cx.secret_env("catalog.oauth2.client_secret_env", &o.client_secret_env)?;
         props.push(("credential".into(), format!("{}:{secret}", o.client_id)));
         if let Some(u) = &o.server_uri {
             props.push((
                 "oauth2-server-uri".into(),
-                cx.url("catalog.oauth2.server_uri", u)?,
+                url(&cx, "catalog.oauth2.server_uri", u)?,
             ));
         }
         if let Some(s) = &o.scope {
@@ -96,11 +77,11 @@ pub fn validate(
         let key = format!("nodes[{i}]");
         let token = match (&n.token, &n.token_env) {
             (Some(t), None) => t.clone(),
-            (None, Some(v)) => cx.var(&format!("{key}.token_env"), v)?,
+            (None, Some(v)) => cx.secret_env(&format!("{key}.token_env"), v)?,
             _ => return Err(cx.err(key, "give exactly one of token, token_env")),
         };
         nodes.push(Node {
-            admin: cx.url(&format!("nodes[{i}].admin"), &n.admin)?,
+            admin: url(&cx, &format!("nodes[{i}].admin"), &n.admin)?,
             token,
         });
     }

@@ -51,25 +51,23 @@ pub async fn run(
     h: Handle,
     mut rx: mpsc::Receiver<Commit>,
     prefetch: mpsc::Sender<Replaced>,
-    mut stop: Shutdown,
+    stop: Shutdown,
 ) {
-    h.done();
-    loop {
-        let commit = tokio::select! {
-            c = rx.recv() => c,
-            _ = stop.changed() => None,
-        };
-        let Some(c) = commit else { return };
-        h.set("working", c.name.clone());
-        if let Err(e) = warm_commit(&ctl, &c, &prefetch, stop.clone()).await {
-            ctl.table(&c.name, |t| {
-                t.warm.phase = "failed".into();
-                t.warm.note = e.clone();
-            });
-            h.error(format!("{}: {e}", c.name));
+    let mut quit = stop.clone();
+    crate::worker::drain(&h, &mut rx, &mut quit, |c: Commit| {
+        let (ctl, h, prefetch, stop) = (ctl.clone(), h.clone(), prefetch.clone(), stop.clone());
+        async move {
+            h.set("working", c.name.clone());
+            if let Err(e) = warm_commit(&ctl, &c, &prefetch, stop).await {
+                ctl.table(&c.name, |t| {
+                    t.warm.phase = "failed".into();
+                    t.warm.note = e.clone();
+                });
+                h.error(format!("{}: {e}", c.name));
+            }
         }
-        h.done();
-    }
+    })
+    .await
 }
 
 fn loc(path: &str) -> Result<FileKey, String> {

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// What a worker is doing, as `status` shows it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -101,6 +101,29 @@ pub async fn pause(shutdown: &mut Shutdown, d: Duration) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(d) => false,
         r = shutdown.changed() => r.is_err() || *shutdown.borrow(),
+    }
+}
+
+/// Runs `each` on every job from `rx`, one at a time, until shutdown or the senders are gone;
+/// the worker shows `idle` between jobs.
+pub async fn drain<T, F, Fut>(
+    h: &Handle,
+    rx: &mut mpsc::Receiver<T>,
+    stop: &mut Shutdown,
+    mut each: F,
+) where
+    F: FnMut(T) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    h.done();
+    loop {
+        let job = tokio::select! {
+            j = rx.recv() => j,
+            _ = stop.changed() => None,
+        };
+        let Some(job) = job else { return };
+        each(job).await;
+        h.done();
     }
 }
 

@@ -4,21 +4,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
+use floe_core::config::ConfigCx as Ctx;
+pub use floe_core::config::ConfigError;
 use floe_core::BucketName;
 
 use crate::config::{Addressing, BreakerSection, CredentialsSection, FileConfig, OriginSection};
-
-/// A configuration error: which file, which key, and why.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{file}: {key}: {reason}")]
-pub struct ConfigError {
-    /// The config file.
-    pub file: String,
-    /// The offending key path.
-    pub key: String,
-    /// What is wrong.
-    pub reason: String,
-}
 
 /// A listener, validated.
 #[derive(Debug, Clone)]
@@ -125,47 +115,9 @@ pub struct Settings {
     pub catalog: Option<crate::catalog::CatalogSpec>,
 }
 
-struct Ctx<'a> {
-    file: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Ctx<'_> {
-    fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            file: self.file.to_owned(),
-            key: key.into(),
-            reason: reason.into(),
-        }
-    }
-
-    fn secret_env(&self, key: &str, var: &str) -> Result<String, ConfigError> {
-        match (self.env)(var) {
-            Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(self.err(key, format!("environment variable {var} is not set"))),
-        }
-    }
-
-    fn secret_file(&self, key: &str, path: &str) -> Result<String, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| self.err(key, format!("cannot read {path}: {e}")))?;
-        let v = text.trim().to_owned();
-        if v.is_empty() {
-            return Err(self.err(key, format!("{path} is empty")));
-        }
-        Ok(v)
-    }
-}
-
 /// Reads and validates a config file, taking secrets from the process environment.
 pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: file.clone(),
-        key: "(file)".into(),
-        reason: e.to_string(),
-    })?;
-    parse(&file, &text, &|v| std::env::var(v).ok())
+    floe_core::config::load(path, parse)
 }
 
 /// Parses and validates config text; `env` resolves environment variables.
