@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,7 @@ pub struct Ledger {
     half_life: f64,
     cells: Mutex<HashMap<HeatKey, Cell>>,
     /// Accesses that matched no mapped file.
-    unmapped: Mutex<u64>,
+    unmapped: AtomicU64,
 }
 
 /// Cells decaying below this are forgotten on save.
@@ -61,7 +62,7 @@ impl Ledger {
             path: path.to_owned(),
             half_life: half_life_secs.max(1) as f64,
             cells: Mutex::new(cells),
-            unmapped: Mutex::new(0),
+            unmapped: AtomicU64::new(0),
         }
     }
 
@@ -87,9 +88,7 @@ impl Ledger {
     /// Records one access against the file it hit (`None`: not a mapped file).
     pub fn record(&self, file: Option<&Arc<FileInfo>>, offset: u64, len: u64, now: u64) {
         let Some(f) = file else {
-            if let Ok(mut u) = self.unmapped.lock() {
-                *u += 1;
-            }
+            self.unmapped.fetch_add(1, Ordering::Relaxed);
             return;
         };
         for (column, bytes) in f.columns_in(offset, len) {
@@ -104,7 +103,7 @@ impl Ledger {
 
     /// Accesses that matched no mapped file so far.
     pub fn unmapped(&self) -> u64 {
-        self.unmapped.lock().map(|u| *u).unwrap_or(0)
+        self.unmapped.load(Ordering::Relaxed)
     }
 
     /// The `n` hottest cells, optionally of one table, hottest first.

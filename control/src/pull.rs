@@ -12,19 +12,29 @@ const BATCH: usize = 10_000;
 /// How often the ledger is written.
 const SAVE_EVERY: Duration = Duration::from_secs(10);
 
-/// Pulls once from every node; returns accesses recorded.
+/// Pulls once from every node (a node that does not answer does not stop the others); returns
+/// accesses recorded, or the unreachable nodes' errors.
 pub async fn pull_once(ctl: &Control) -> Result<usize, String> {
     let mut n = 0;
+    let mut errors = Vec::new();
     let files = ctl.files.load();
     let now = now_secs();
     for node in &ctl.nodes {
-        let (rows, _dropped) = node.accesses(BATCH).await.map_err(|e| e.to_string())?;
-        n += rows.len();
-        for (bucket, key, _etag, offset, len) in rows {
-            ctl.heat.record(files.get(&(bucket, key)), offset, len, now);
+        match node.accesses(BATCH).await {
+            Ok((rows, _dropped)) => {
+                n += rows.len();
+                for (bucket, key, _etag, offset, len) in rows {
+                    ctl.heat.record(files.get(&(bucket, key)), offset, len, now);
+                }
+            }
+            Err(e) => errors.push(e.to_string()),
         }
     }
-    Ok(n)
+    if errors.is_empty() {
+        Ok(n)
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 /// Runs the heat worker until shutdown (saving the ledger on the way out).
