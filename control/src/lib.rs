@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod expiry;
+pub mod footer;
 pub mod heat;
 pub mod mapper;
 pub mod node;

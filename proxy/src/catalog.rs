@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use floe_core::config::{ConfigCx, ConfigError};
 use pingora::cache::eviction::simple_lru;
 use pingora::cache::key::CompactCacheKey;
 use pingora::cache::lock::{CacheKeyLockImpl, CacheLock};
@@ -19,6 +20,9 @@ use pingora::cache::{CacheKey, CacheMeta, MemCache, NoCacheReason, RespCacheable
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use sha2::{Digest, Sha256};
+
+use crate::config::CatalogSection;
+use crate::runtime::RouteSpec;
 
 /// The catalog route's settings (validated by runtime.rs).
 #[derive(Debug, Clone)]
@@ -37,6 +41,48 @@ pub struct CatalogSpec {
     pub ttl: Duration,
     /// Cache size ceiling.
     pub cache_bytes: usize,
+}
+
+impl CatalogSpec {
+    /// Validates the `catalog:` section (the path must not shadow a route's bucket).
+    pub fn validate(
+        cx: &ConfigCx<'_>,
+        c: &CatalogSection,
+        routes: &[RouteSpec],
+    ) -> Result<Self, ConfigError> {
+        let u = url::Url::parse(&c.upstream)
+            .map_err(|e| cx.err("catalog.upstream", format!("{:?}: {e}", c.upstream)))?;
+        let tls = match u.scheme() {
+            "http" => false,
+            "https" => true,
+            s => return Err(cx.err("catalog.upstream", format!("scheme {s:?} is not http(s)"))),
+        };
+        let host = u.host_str().unwrap_or_default().to_owned();
+        let port = u.port_or_known_default().unwrap_or(80);
+        let seg = c.path.trim_start_matches('/');
+        if !c.path.starts_with('/') || seg.is_empty() || seg.contains('/') || c.path.ends_with('/')
+        {
+            return Err(cx.err("catalog.path", "one path segment, like /catalog"));
+        }
+        if routes.iter().any(|r| r.bucket.as_str() == seg) {
+            return Err(cx.err(
+                "catalog.path",
+                format!("bucket {seg:?} has a route; the catalog path would shadow it"),
+            ));
+        }
+        if c.ttl_ms > 86_400_000 {
+            return Err(cx.err("catalog.ttl_ms", "at most one day"));
+        }
+        Ok(Self {
+            prefix: c.path.clone(),
+            address: format!("{host}:{port}"),
+            host,
+            tls,
+            base: u.path().trim_end_matches('/').to_owned(),
+            ttl: std::time::Duration::from_millis(c.ttl_ms),
+            cache_bytes: c.cache_bytes.max(1 << 20),
+        })
+    }
 }
 
 /// What one request through the route is.

@@ -169,7 +169,7 @@ pub fn parse(
     };
     let catalog = match &raw.catalog {
         None => None,
-        Some(c) => Some(catalog(&cx, c, &routes)?),
+        Some(c) => Some(crate::catalog::CatalogSpec::validate(&cx, c, &routes)?),
     };
     Ok(Settings {
         server,
@@ -178,44 +178,6 @@ pub fn parse(
         cache,
         admin,
         catalog,
-    })
-}
-
-fn catalog(
-    cx: &Ctx<'_>,
-    c: &crate::config::CatalogSection,
-    routes: &[RouteSpec],
-) -> Result<crate::catalog::CatalogSpec, ConfigError> {
-    let u = url::Url::parse(&c.upstream)
-        .map_err(|e| cx.err("catalog.upstream", format!("{:?}: {e}", c.upstream)))?;
-    let tls = match u.scheme() {
-        "http" => false,
-        "https" => true,
-        s => return Err(cx.err("catalog.upstream", format!("scheme {s:?} is not http(s)"))),
-    };
-    let host = u.host_str().unwrap_or_default().to_owned();
-    let port = u.port_or_known_default().unwrap_or(80);
-    let seg = c.path.trim_start_matches('/');
-    if !c.path.starts_with('/') || seg.is_empty() || seg.contains('/') || c.path.ends_with('/') {
-        return Err(cx.err("catalog.path", "one path segment, like /catalog"));
-    }
-    if routes.iter().any(|r| r.bucket.as_str() == seg) {
-        return Err(cx.err(
-            "catalog.path",
-            format!("bucket {seg:?} has a route; the catalog path would shadow it"),
-        ));
-    }
-    if c.ttl_ms > 86_400_000 {
-        return Err(cx.err("catalog.ttl_ms", "at most one day"));
-    }
-    Ok(crate::catalog::CatalogSpec {
-        prefix: c.path.clone(),
-        address: format!("{host}:{port}"),
-        host,
-        tls,
-        base: u.path().trim_end_matches('/').to_owned(),
-        ttl: std::time::Duration::from_millis(c.ttl_ms),
-        cache_bytes: c.cache_bytes.max(1 << 20),
     })
 }
 
