@@ -158,7 +158,7 @@ def test_each_commit_is_warm_before_the_first_query(stack, relay):
         ctl.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
 
 
-def duckdb_iceberg(rest_port, s3_port, sql):
+def duckdb_iceberg(rest_port, s3_port, sql, key=CLIENT[0], secret=CLIENT[1], writes=False):
     """DuckDB with its iceberg extension (offline, from the PyPI wheels), the REST catalog
     attached as `lake`, S3 reads through `s3_port`."""
     import duckdb
@@ -167,10 +167,10 @@ def duckdb_iceberg(rest_port, s3_port, sql):
         mod = __import__(f"duckdb_extension_{name}")
         ext = next(pathlib.Path(mod.__file__).parent.rglob(f"{name}.duckdb_extension"))
         con.execute(f"LOAD '{ext}'")
-    con.execute(f"""CREATE SECRET floe (TYPE s3, KEY_ID '{CLIENT[0]}', SECRET '{CLIENT[1]}',
+    con.execute(f"""CREATE SECRET floe (TYPE s3, KEY_ID '{key}', SECRET '{secret}',
         REGION 'us-east-1', ENDPOINT '127.0.0.1:{s3_port}', URL_STYLE 'path', USE_SSL false)""")
     con.execute(f"""ATTACH '' AS lake (TYPE iceberg, ENDPOINT 'http://127.0.0.1:{rest_port}',
-        AUTHORIZATION_TYPE 'none')""")
+        AUTHORIZATION_TYPE 'none', READ_ONLY {str(not writes).lower()})""")
     return con.execute(sql).fetchall()
 
 
@@ -192,6 +192,26 @@ def test_duckdb_after_a_commit_reads_warm(stack, relay):
     assert after["metadata"][0] > before["metadata"][0], "DuckDB did not read through Floe"
     touched = table_requests(relay, mark, "events")
     assert touched == [], f"DuckDB's first query after the commit went to the origin: {touched}"
+
+
+def test_merge_on_read_deletes_are_warm_too(stack, relay, minio):
+    """DuckDB (writing straight to MinIO) deletes rows merge-on-read: a positional delete file.
+    Every scan reads delete files whole; floe-control warms them, so the first scan through Floe
+    after the delete makes no origin request either."""
+    w, ctl = stack["writer"], stack["ctl"]
+    t = w.create_table(f"{NS}.dels", schema=batch(0, 1).schema)
+    t.append(batch(0, 1000))
+    duckdb_iceberg(stack["rest_port"], minio.port, f"DELETE FROM lake.{NS}.dels WHERE id < 10",
+                   key=ORIGIN_KEY, secret=ORIGIN_SECRET, writes=True)
+    t = w.load_table(f"{NS}.dels")
+    tasks = list(t.scan().plan_files())
+    assert any(task.delete_files for task in tasks), "DuckDB wrote no delete file"
+    ctl.wait_warm(f"{NS}.dels", t.current_snapshot().snapshot_id)
+    mark = len(relay.lines)
+    got = stack["reader"].load_table(f"{NS}.dels").scan().to_arrow()
+    assert sorted(got["id"].to_pylist()) == list(range(10, 1000))
+    touched = table_requests(relay, mark, "dels")
+    assert touched == [], f"the first scan after the delete went to the origin: {touched}"
 
 
 def test_every_node_is_warmed(stack, relay, tmp_path):

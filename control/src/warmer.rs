@@ -1,7 +1,8 @@
-//! The warmer: for each observed commit, walks metadata.json, the manifest list, the manifests
-//! and the Parquet footers of the live data files into the proxies' metadata stores, builds the
-//! table's file map, and pins the catalog's classification on the nodes. Bounded concurrency, a
-//! shared byte rate, and a per-table budget: over budget it stops and says so.
+//! The warmer: for each observed commit, walks metadata.json, the manifest list, the manifests,
+//! the delete files and the Parquet footers of the live data files into the proxies' metadata
+//! stores, builds the table's file map, and pins the catalog's classification on the nodes.
+//! Bounded concurrency, a shared byte rate, and a per-table budget: over budget it stops and says
+//! so.
 
 use std::sync::Arc;
 
@@ -14,6 +15,10 @@ use crate::mapper::FileKey;
 use crate::node::{split_location, Span, Store};
 use crate::state::Control;
 use crate::worker::{Handle, Shutdown};
+
+/// Delete files up to this size are warmed whole into the metadata store (engines read them
+/// whole on every scan of their partition); larger ones are left to the data path.
+const MAX_WHOLE_DELETES: u64 = 8 << 20;
 
 /// A commit the watcher saw.
 pub struct Commit {
@@ -124,6 +129,7 @@ pub async fn warm_commit(
         .collect()
         .await;
     let mut live = Vec::new();
+    let mut deletes = Vec::new();
     for (path, m) in manifests {
         let m = m.map_err(|e| format!("manifest {path}: {e}"))?;
         let l = loc(&path)?;
@@ -139,10 +145,17 @@ pub async fn warm_commit(
             .collect();
         for e in m.entries() {
             let f = e.data_file();
-            if e.status() == ManifestStatus::Deleted
-                || f.content_type() != DataContentType::Data
-                || f.file_format() != DataFileFormat::Parquet
-            {
+            if e.status() == ManifestStatus::Deleted {
+                continue;
+            }
+            if f.content_type() != DataContentType::Data {
+                // Position/equality deletes: every scan of their partition reads them whole.
+                if f.file_size_in_bytes() <= MAX_WHOLE_DELETES {
+                    deletes.push(loc(f.file_path())?);
+                }
+                continue;
+            }
+            if f.file_format() != DataFileFormat::Parquet {
                 continue;
             }
             live.push(LiveFile {
@@ -152,6 +165,11 @@ pub async fn warm_commit(
                 new: e.status() == ManifestStatus::Added && e.snapshot_id() == Some(current),
             });
         }
+    }
+    for d in &deletes {
+        warm_all(ctl, &c.name, d, Span::Whole, Some(Store::Metadata)).await?;
+        progress(ctl, &c.name, 1, 1, 0);
+        metadata_keys.push(d.clone());
     }
     pin(ctl, &metadata_keys, Store::Metadata).await;
     let data_keys: Vec<FileKey> = live.iter().map(|f| f.loc.clone()).collect();
