@@ -53,7 +53,7 @@ def iceberg(rest_port, s3_port, key, secret, path=""):
 
 
 CONTROL_YAML = """
-catalog: {{uri: "http://127.0.0.1:{rest}", poll_interval_ms: 200}}
+catalog: {{uri: "http://127.0.0.1:{rest}", poll_interval_ms: 200{catalog_extra}}}
 follow: [{{namespace: {ns}}}]
 nodes: [{nodes}]
 prefetch: {{enabled: {prefetch}, purge_after_ms: 1000}}
@@ -64,7 +64,9 @@ status_address: "127.0.0.1:{status}"
 
 
 class Control:
-    def __init__(self, tmp, rest_port, admin_port, prefetch=True, extra=""):
+    def __init__(self, tmp, rest_port, admin_port, prefetch=True, extra="", catalog_extra="",
+                 env=None):
+        self.env = env or {}
         self.tmp, self.port = tmp, free_port()
         self.conf = tmp / "control.yaml"
         ports = admin_port if isinstance(admin_port, list) else [admin_port]
@@ -72,11 +74,12 @@ class Control:
         self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, nodes=nodes,
                                                  heat=tmp / "heat.json",
                                                  status=self.port,
-                                                 prefetch=str(prefetch).lower(), extra=extra))
+                                                 prefetch=str(prefetch).lower(), extra=extra,
+                                                 catalog_extra=catalog_extra))
         self.start()
 
     def start(self):
-        env = dict(os.environ, RUST_LOG="info")
+        env = dict(os.environ, RUST_LOG="info", **self.env)
         self.proc = Proc([str(CONTROL_BIN), "--config", str(self.conf)], env,
                          self.tmp / "control.log", self.port, "floe-control")
 
@@ -257,6 +260,23 @@ def test_over_budget_warming_stops_and_says_so(stack):
         assert "budget" in w["note"] and w["done"] < w["total"], w
     finally:
         c.stop()
+
+
+def test_oauth2_client_credentials(stack, tmp_path):
+    """floe-control authenticates with OAuth2 client credentials at the catalog's token endpoint
+    (the REST fixture serves v1/oauth/tokens) and follows tables as with no auth. It talks to the
+    catalog through the counting relay, so the token request is seen."""
+    rr = stack["rest_relay"]
+    mark = len(rr.lines)
+    c = Control(tmp_path, rr.port, stack["floe"].admin_port,
+                catalog_extra=", oauth2: {client_id: floe-control, client_secret_env: FLOE_T_SECRET}",
+                env={"FLOE_T_SECRET": "s3cret"})
+    try:
+        t = stack["writer"].load_table(f"{NS}.events")
+        c.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
+    finally:
+        c.stop()
+    assert ("POST", "/v1/oauth/tokens") in rr.lines[mark:], rr.lines[mark:mark + 5]
 
 
 def test_status_cli_prints_tables_workers_and_heat(stack):
