@@ -22,6 +22,10 @@ if [ ! -x "$FLOE_CACHE/bin/minio" ]; then
   GOBIN="$FLOE_CACHE/bin" go install github.com/minio/minio@latest
 fi
 # The Apache Iceberg REST catalog fixture (Java 17 + Maven; jars from Maven Central).
+if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then
+  apt-get install -y maven openjdk-17-jre-headless >/dev/null 2>&1 || {
+    echo "the Iceberg REST catalog fixture needs Java 17 and Maven (apt-get install maven)"; exit 1; }
+fi
 export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
 command -v cmake >/dev/null || { echo "cmake is needed to build pingora (apt-get install cmake)"; exit 1; }
 

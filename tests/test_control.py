@@ -282,7 +282,9 @@ def test_oauth2_client_credentials(stack, tmp_path):
 def test_status_cli_prints_tables_workers_and_heat(stack):
     ctl = stack["ctl"]
     doc = ctl.wait(lambda d: any(h["table"] == f"{NS}.events" for h in d["heat"]), "heat")
-    assert {"watcher", "warmer", "heat", "status"} <= set(doc["workers"])
+    assert {"watcher", "warmer", "prefetcher", "heat", "status"} <= set(doc["workers"])
+    # The control plane keeps up: the proxy's access queue never overflowed.
+    assert stack["floe"].admin("GET", "/stats")["accesses_dropped"] == 0
     out = subprocess.run([str(CONTROL_BIN), "status", f"127.0.0.1:{ctl.port}"], check=True,
                          capture_output=True, text=True).stdout
     assert f"{NS}.events" in out and "warm [####################]" in out, out

@@ -91,6 +91,7 @@ impl AdminApp {
             json!({
                 "block_bytes": c.settings.block_bytes,
                 "foreground_misses": c.foreground_misses.load(Ordering::Relaxed),
+                "accesses_dropped": c.access.dropped(),
                 "data": store(&c.data, &c.data_stats, c.settings.data.disk_bytes),
                 "metadata": store(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
             }),
