@@ -265,11 +265,4 @@ pub fn load(path: &Path) -> Result<Settings, ConfigError> {
     floe_core::config::load(path, parse)
 }
 
-/// Parses and validates config text; `env` resolves environment variables.
-pub fn parse(
-    file: &str,
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Settings, ConfigError> {
-    crate::validate::validate(file, text, env)
-}
+pub use crate::validate::parse;

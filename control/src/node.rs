@@ -110,22 +110,13 @@ impl NodeClient {
         q
     }
 
-    async fn send(
-        &self,
-        req: reqwest::RequestBuilder,
-        what: &str,
-    ) -> Result<reqwest::Response, NodeError> {
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, NodeError> {
         let resp = req
             .bearer_auth(&self.node.token)
             .send()
             .await
             .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))?;
         let status = resp.status().as_u16();
-        if status == 404 && what.starts_with("object") {
-            return Err(NodeError::NotFound(
-                what.trim_start_matches("object ").into(),
-            ));
-        }
         if status != 200 {
             let body = resp.text().await.unwrap_or_default();
             return Err(NodeError::Status {
@@ -149,7 +140,12 @@ impl NodeClient {
             .http
             .get(format!("{}/object", self.node.admin))
             .query(&Self::query(bucket, key, span, store));
-        let resp = self.send(req, &format!("object {bucket}/{key}")).await?;
+        let resp = match self.send(req).await {
+            Err(NodeError::Status { status: 404, .. }) => {
+                return Err(NodeError::NotFound(format!("{bucket}/{key}")))
+            }
+            r => r?,
+        };
         let num = |h: &str| {
             resp.headers()
                 .get(h)
@@ -177,7 +173,7 @@ impl NodeClient {
             .http
             .post(format!("{}/warm", self.node.admin))
             .query(&Self::query(bucket, key, span, store));
-        let v: serde_json::Value = self.json(req, "warm").await?;
+        let v: serde_json::Value = self.json(req).await?;
         Ok(v["bytes"].as_u64().unwrap_or(0))
     }
 
@@ -187,7 +183,7 @@ impl NodeClient {
             .http
             .post(format!("{}/purge", self.node.admin))
             .query(&[("bucket", bucket), ("key", key)]);
-        self.send(req, "purge").await.map(|_| ())
+        self.send(req).await.map(|_| ())
     }
 
     /// Drops the catalog route's cached answers about `namespace` (dotted). A node without a
@@ -197,7 +193,7 @@ impl NodeClient {
             .http
             .post(format!("{}/catalog/purge", self.node.admin))
             .query(&[("namespace", namespace)]);
-        match self.send(req, "catalog purge").await {
+        match self.send(req).await {
             Ok(_) | Err(NodeError::Status { status: 404, .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -215,13 +211,13 @@ impl NodeClient {
             .post(format!("{}/classify", self.node.admin))
             .query(&[("bucket", bucket), ("store", store.as_str())])
             .body(keys.join("\n"));
-        self.send(req, "classify").await.map(|_| ())
+        self.send(req).await.map(|_| ())
     }
 
     /// Client reads on the node waiting on origin fills right now.
     pub async fn foreground_misses(&self) -> Result<u64, NodeError> {
         let req = self.http.get(format!("{}/stats", self.node.admin));
-        let v: serde_json::Value = self.json(req, "stats").await?;
+        let v: serde_json::Value = self.json(req).await?;
         Ok(v["foreground_misses"].as_u64().unwrap_or(0))
     }
 
@@ -231,16 +227,15 @@ impl NodeClient {
             .http
             .get(format!("{}/accesses", self.node.admin))
             .query(&[("max", max)]);
-        let a: Accesses = self.json(req, "accesses").await?;
+        let a: Accesses = self.json(req).await?;
         Ok((a.accesses, a.dropped))
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
         &self,
         req: reqwest::RequestBuilder,
-        what: &str,
     ) -> Result<T, NodeError> {
-        let resp = self.send(req, what).await?;
+        let resp = self.send(req).await?;
         resp.json()
             .await
             .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))

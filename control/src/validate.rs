@@ -15,8 +15,9 @@ fn url(cx: &Cx<'_>, key: &str, v: &str) -> Result<String, ConfigError> {
     Ok(v.trim_end_matches('/').to_owned())
 }
 
-/// Validates `text` (the contents of `file`).
-pub fn validate(
+/// Parses and validates config text (the contents of `file`); `env` resolves environment
+/// variables.
+pub fn parse(
     file: &str,
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
@@ -123,7 +124,7 @@ nodes: [ { admin: 'http://127.0.0.1:9101', token: t } ]
 ";
 
     fn parse(text: &str) -> Result<Settings, ConfigError> {
-        validate("f.yaml", text, &|v| (v == "SET").then(|| "s".to_owned()))
+        super::parse("f.yaml", text, &|v| (v == "SET").then(|| "s".to_owned()))
     }
 
     #[test]
