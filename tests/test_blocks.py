@@ -69,6 +69,75 @@ def test_warm_read_is_a_hit_with_no_origin_get(cached, direct):
     assert r.status == 416
 
 
+def origin_bytes(p):
+    s = p.admin("GET", "/stats")
+    return s["data"]["origin_bytes"] + s["metadata"]["origin_bytes"]
+
+
+def test_range_fill_fetches_only_the_bytes_read(cached, direct):
+    """fill: range (the default): a cold read costs the origin exactly its own bytes; the spans
+    it leaves in a block serve later reads inside them and join with their neighbours."""
+    data = os.urandom(6 * MiB)
+    key = "blocks/range.parquet"
+    direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+    a = 2 * MiB + 12345  # inside block 1 ([2, 4) MiB); the footer block 2 is not touched
+    b0, g0 = origin_bytes(cached), cached.relay.count("GET")
+    r = get(cached.port, key, f"bytes={a}-{a + MiB - 1}")
+    assert r.status == 206 and r.data == data[a:a + MiB]
+    assert r.headers["x-floe-cache"] == "miss" and int(r.headers["x-floe-origin-bytes"]) == MiB
+    assert origin_bytes(cached) - b0 == MiB and cached.relay.count("GET") - g0 == 1
+    for lo, hi in ((a, a + MiB - 1), (a + 100, a + 200), (a + MiB - 10, a + MiB - 1)):
+        r = get(cached.port, key, f"bytes={lo}-{hi}")
+        assert r.data == data[lo:hi + 1] and r.headers["x-floe-cache"] == "hit"
+        assert r.headers["x-floe-origin-bytes"] == "0"
+    assert origin_bytes(cached) - b0 == MiB and cached.relay.count("GET") - g0 == 1
+    # A read half in the cached span, half before it fetches only the uncached half.
+    lo = a - 1000
+    r = get(cached.port, key, f"bytes={lo}-{a + 1000}")
+    assert r.data == data[lo:a + 1001] and r.headers["x-floe-cache"] == "miss"
+    assert int(r.headers["x-floe-origin-bytes"]) == 1000
+    assert origin_bytes(cached) - b0 == MiB + 1000
+    # A disjoint span in the same block is kept beside the first.
+    r = get(cached.port, key, f"bytes={2 * MiB}-{2 * MiB + 4095}")
+    assert r.data == data[2 * MiB:2 * MiB + 4096] and origin_bytes(cached) - b0 == MiB + 1000 + 4096
+    for lo, hi in ((2 * MiB, 2 * MiB + 4095), (lo, a + MiB - 1)):
+        r = get(cached.port, key, f"bytes={lo}-{hi}")
+        assert r.data == data[lo:hi + 1] and r.headers["x-floe-cache"] == "hit"
+
+
+def test_sequential_reads_read_the_block_ahead(cached, direct):
+    """A read that starts where a cached span ends fetches the rest of the block with it."""
+    data = os.urandom(6 * MiB)
+    key = "blocks/seq.parquet"
+    direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+    b0 = origin_bytes(cached)
+    r = get(cached.port, key, "bytes=0-65535")
+    assert r.data == data[:65536] and int(r.headers["x-floe-origin-bytes"]) == 65536
+    r = get(cached.port, key, "bytes=65536-131071")
+    assert r.data == data[65536:131072] and int(r.headers["x-floe-origin-bytes"]) == 2 * MiB - 65536
+    assert origin_bytes(cached) - b0 == 2 * MiB
+    r = get(cached.port, key, f"bytes=131072-{2 * MiB - 1}")
+    assert r.data == data[131072:2 * MiB] and r.headers["x-floe-cache"] == "hit"
+    assert origin_bytes(cached) - b0 == 2 * MiB
+
+
+def test_block_fill_fetches_whole_blocks(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", extra_cache="  fill: block")
+    try:
+        data = os.urandom(6 * MiB)
+        direct.put_object(Bucket=BUCKET, Key="blocks/whole.parquet", Body=data)
+        a = 2 * MiB + 12345
+        r = get(p.port, "blocks/whole.parquet", f"bytes={a}-{a + 1000}")
+        assert r.data == data[a:a + 1001] and int(r.headers["x-floe-origin-bytes"]) == 2 * MiB
+        assert origin_bytes(p) == 2 * MiB
+        r = get(p.port, "blocks/whole.parquet", f"bytes={2 * MiB}-{4 * MiB - 1}")
+        assert r.data == data[2 * MiB:4 * MiB] and r.headers["x-floe-cache"] == "hit"
+    finally:
+        p.stop()
+        relay.down()
+
+
 def test_overwrite_through_floe_is_seen(cached, direct):
     s3 = s3_client(cached.port)
     s3.put_object(Bucket=BUCKET, Key="blocks/ow.parquet", Body=b"A" * 3 * MiB)

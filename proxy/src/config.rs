@@ -95,6 +95,13 @@ pub struct CacheSection {
     /// Default 2 (second touch): one-touch scans cannot evict the hot set.
     #[serde(default = "default_admission")]
     pub admission_threshold: u8,
+    /// What a client read's miss of a data block fetches: `range` (default) fetches only the
+    /// bytes the read needs and keeps them as a span of the block (plus the rest of the block
+    /// when a read continues where a cached span ends), so a cold random read costs the origin
+    /// what it costs without Floe; `block` fetches whole blocks (read-ahead for free, up to 2x
+    /// the cold origin bytes for random ranges). Metadata-store blocks and warms are whole.
+    #[serde(default)]
+    pub fill: FillSection,
     /// TTL of mappings of rewritable objects (version-hint.text, unknown files), revalidated
     /// with If-None-Match after it. Default 5000 ms.
     #[serde(default = "default_ttl_ms")]
@@ -102,6 +109,17 @@ pub struct CacheSection {
     /// Classification rules replacing the Iceberg defaults, first match wins.
     #[serde(default)]
     pub rules: Option<Vec<RuleSection>>,
+}
+
+/// `cache.fill`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FillSection {
+    /// Only the bytes a read needs.
+    #[default]
+    Range,
+    /// Whole blocks.
+    Block,
 }
 
 /// DRAM and disk ceilings of one store, in bytes.

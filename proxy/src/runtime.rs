@@ -8,7 +8,9 @@ use floe_core::config::ConfigCx as Ctx;
 pub use floe_core::config::ConfigError;
 use floe_core::BucketName;
 
-use crate::config::{Addressing, BreakerSection, CredentialsSection, FileConfig, OriginSection};
+use crate::config::{
+    Addressing, BreakerSection, CredentialsSection, FileConfig, FillSection, OriginSection,
+};
 
 /// A listener, validated.
 #[derive(Debug, Clone)]
@@ -459,5 +461,9 @@ fn cache(
         mutable_ttl: std::time::Duration::from_millis(c.mutable_ttl_ms),
         rules,
         max_run_blocks: 16,
+        fill: match c.fill {
+            FillSection::Range => floe_blocks::Fill::Range,
+            FillSection::Block => floe_blocks::Fill::Block,
+        },
     })
 }

@@ -1,17 +1,15 @@
-//! The block cache: two stores, admission, single-flight fills, and the per-response reader
-//! that serves blocks in order as soon as each one is available.
+//! The block cache: two stores, admission, and the key -> ETag mapping records.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use floe_core::{BucketName, ObjectKey, OriginError, OriginReader};
+use bytes::Bytes;
 
 use crate::access::AccessLog;
+use crate::block::Block;
 use crate::classify::{Class, Classifier, Rule, Store};
-use crate::inflight::{self, Claim, FillError, Inflight};
+use crate::inflight::Inflight;
 use crate::mapping::Mapping;
 use crate::range::block_span;
 use crate::sketch::Sketch;
@@ -36,14 +34,27 @@ pub struct CacheSettings {
     pub rules: Vec<Rule>,
     /// Most blocks fetched by one ranged GET.
     pub max_run_blocks: u64,
+    /// What a client read's miss of a data block fetches.
+    pub fill: Fill,
+}
+
+/// What a client read's miss of a data block fetches from the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Only the bytes the read needs (kept as a span of the block), plus the rest of the
+    /// block when the read starts where a cached span ends (a sequential reader). A cold
+    /// random read costs the origin what it would cost without Floe.
+    Range,
+    /// The whole block: later reads of its other bytes hit, at up to 2x the cold bytes.
+    Block,
 }
 
 /// Counters of one store.
 #[derive(Default)]
 pub struct StoreStats {
-    /// Blocks served from the store.
+    /// Blocks a read found holding every byte it needed.
     pub hits: AtomicU64,
-    /// Blocks not found.
+    /// Blocks a read had to wait on a fill for (absent, or missing some bytes it needed).
     pub misses: AtomicU64,
     /// Blocks not admitted (data store under pressure, first touch).
     pub rejected: AtomicU64,
@@ -72,8 +83,8 @@ pub struct BlockCache {
     /// Client reads that are waiting on origin fills right now (the control plane's prefetch
     /// yields to them). Touched only on the miss path.
     pub foreground_misses: AtomicU64,
-    sketch: Sketch,
-    inflight: Inflight,
+    pub(crate) sketch: Sketch,
+    pub(crate) inflight: Inflight,
     classifier: Classifier,
 }
 
@@ -140,29 +151,22 @@ impl BlockCache {
         Store::Data
     }
 
-    fn pick(&self, s: Store) -> (&BlockStore, &StoreStats) {
+    pub(crate) fn pick(&self, s: Store) -> (&BlockStore, &StoreStats) {
         match s {
             Store::Metadata => (&self.meta, &self.meta_stats),
             Store::Data => (&self.data, &self.data_stats),
         }
     }
 
-    /// A block from its store; a damaged or unreadable entry is dropped and reported missing.
-    pub async fn lookup(&self, key: &BlockKey, s: Store) -> Option<Bytes> {
-        let (store, stats) = self.pick(s);
+    /// A block from its store (whole or the spans held); a damaged or unreadable entry is
+    /// dropped and reported missing.
+    pub async fn lookup(&self, key: &BlockKey, s: Store) -> Option<Block> {
+        let store = self.pick(s).0;
         match store.get(key).await {
-            Ok(Some(e)) => {
-                stats.hits.fetch_add(1, Ordering::Relaxed);
-                Some(e.value().clone())
-            }
-            Ok(None) => {
-                stats.misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+            Ok(e) => e.map(|e| e.value().clone()),
             Err(e) => {
                 tracing::warn!(error = %e, key = %key.key, index = key.index, "dropping unreadable cache entry");
                 store.remove(key);
-                stats.misses.fetch_add(1, Ordering::Relaxed);
                 None
             }
         }
@@ -180,17 +184,17 @@ impl BlockCache {
     }
 
     /// Stores a filled block, subject to admission.
-    pub fn admit(&self, key: BlockKey, bytes: Bytes, s: Store) {
+    pub fn admit(&self, key: BlockKey, block: Block, s: Store) {
         let (store, stats) = self.pick(s);
         if s == Store::Data
-            && self.under_pressure(bytes.len())
+            && self.under_pressure(block.held())
             && self.sketch.estimate(key.stable_hash()) < self.settings.admission_threshold
         {
             stats.rejected.fetch_add(1, Ordering::Relaxed);
             return;
         }
         stats.inserted.fetch_add(1, Ordering::Relaxed);
-        store.insert(key, bytes);
+        store.insert(key, block);
     }
 
     fn map_key(bucket: &Arc<str>, key: &Arc<str>) -> BlockKey {
@@ -205,8 +209,10 @@ impl BlockCache {
 
     /// Persists an immutable object's mapping in the metadata store.
     pub fn save_mapping(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) {
-        self.meta
-            .insert(Self::map_key(bucket, key), Bytes::from(m.encode()));
+        self.meta.insert(
+            Self::map_key(bucket, key),
+            Block::Full(Bytes::from(m.encode())),
+        );
     }
 
     /// A persisted mapping, if any.
@@ -217,7 +223,10 @@ impl BlockCache {
         class: Class,
     ) -> Option<Mapping> {
         let e = self.meta.get(&Self::map_key(bucket, key)).await.ok()??;
-        Mapping::decode(std::str::from_utf8(e.value()).ok()?, class)
+        let Block::Full(b) = e.value() else {
+            return None;
+        };
+        Mapping::decode(std::str::from_utf8(b).ok()?, class)
     }
 
     /// Every (index, key, store) of one object version's blocks.
@@ -268,206 +277,5 @@ impl BlockCache {
     /// Forgets a persisted mapping.
     pub fn forget_mapping(&self, bucket: &Arc<str>, key: &Arc<str>) {
         self.meta.remove(&Self::map_key(bucket, key));
-    }
-}
-
-/// Identity of the object a reader serves.
-#[derive(Clone)]
-pub struct Target {
-    /// Bucket (validated).
-    pub bucket: BucketName,
-    /// Key (validated).
-    pub key: ObjectKey,
-    /// Shared bucket text for block keys.
-    pub bucket_key: Arc<str>,
-    /// Shared key text for block keys.
-    pub object_key: Arc<str>,
-    /// The resolved version.
-    pub map: Arc<Mapping>,
-}
-
-/// Serves one response's blocks in order, claiming runs of missing blocks for single-flight
-/// fills and waiting on fills other requests hold.
-pub struct BlockReader {
-    cache: Arc<BlockCache>,
-    origin: Arc<dyn OriginReader>,
-    target: Target,
-    last_block: u64,
-    pending: VecDeque<(u64, tokio::sync::watch::Receiver<inflight::Slot>)>,
-}
-
-impl BlockReader {
-    /// A reader for blocks up to `last_block` of `target`.
-    pub fn new(
-        cache: Arc<BlockCache>,
-        origin: Arc<dyn OriginReader>,
-        target: Target,
-        last_block: u64,
-    ) -> Self {
-        Self {
-            cache,
-            origin,
-            target,
-            last_block,
-            pending: VecDeque::new(),
-        }
-    }
-
-    fn key(&self, index: u64) -> BlockKey {
-        BlockKey {
-            bucket: self.target.bucket_key.clone(),
-            key: self.target.object_key.clone(),
-            etag: self.target.map.etag_key.clone(),
-            block_bytes: self.cache.settings.block_bytes as u32,
-            index,
-        }
-    }
-
-    fn store(&self, index: u64) -> Store {
-        self.cache
-            .store_of(self.target.map.class, index, self.target.map.size)
-    }
-
-    /// Whether block `index` is cached now (for hit/miss/partial labelling).
-    pub fn cached(&self, index: u64) -> bool {
-        self.cache.contains(&self.key(index), self.store(index))
-    }
-
-    /// Block `index`, from the cache or a fill.
-    pub async fn block(&mut self, index: u64) -> Result<Bytes, FillError> {
-        if self.pending.front().is_some_and(|(i, _)| *i == index) {
-            if let Some((_, rx)) = self.pending.pop_front() {
-                return inflight::wait(rx).await;
-            }
-        }
-        let key = self.key(index);
-        let store = self.store(index);
-        if store == Store::Data {
-            self.cache.sketch.touch(key.stable_hash());
-        }
-        if let Some(b) = self.cache.lookup(&key, store).await {
-            return Ok(b);
-        }
-        match self.cache.inflight.claim(&key) {
-            Claim::Theirs(rx) => inflight::wait(rx).await,
-            Claim::Mine(tx) => {
-                // Another fill may have stored the block and released its claim between our
-                // lookup and our claim: check again before going to the origin.
-                if self.cache.contains(&key, store) {
-                    if let Some(b) = self.cache.lookup(&key, store).await {
-                        let _ = tx.send(Some(Ok(b.clone())));
-                        self.cache.inflight.release(&key);
-                        return Ok(b);
-                    }
-                }
-                let own = tx.subscribe();
-                let mut run = vec![(index, key, tx)];
-                let end = self
-                    .last_block
-                    .min(index + self.cache.settings.max_run_blocks - 1);
-                for j in index + 1..=end {
-                    let kj = self.key(j);
-                    let sj = self.store(j);
-                    if sj == Store::Data {
-                        self.cache.sketch.touch(kj.stable_hash());
-                    }
-                    if self.cache.contains(&kj, sj) {
-                        break;
-                    }
-                    match self.cache.inflight.claim(&kj) {
-                        Claim::Mine(txj) => {
-                            self.pending.push_back((j, txj.subscribe()));
-                            run.push((j, kj, txj));
-                        }
-                        Claim::Theirs(rx) => {
-                            self.pending.push_back((j, rx));
-                            break;
-                        }
-                    }
-                }
-                tokio::spawn(fill(
-                    self.cache.clone(),
-                    self.origin.clone(),
-                    self.target.clone(),
-                    run,
-                ));
-                inflight::wait(own).await
-            }
-        }
-    }
-}
-
-type RunItem = (u64, BlockKey, tokio::sync::watch::Sender<inflight::Slot>);
-
-/// Fetches a run of adjacent blocks with one ranged GET (If-Match on the ETag), storing and
-/// publishing each block the moment it is complete.
-async fn fill(cache: Arc<BlockCache>, origin: Arc<dyn OriginReader>, t: Target, run: Vec<RunItem>) {
-    let bs = cache.settings.block_bytes;
-    let size = t.map.size;
-    let (Some(first), Some(last)) = (run.first().map(|r| r.0), run.last().map(|r| r.0)) else {
-        return;
-    };
-    let start = block_span(first, bs, size).0;
-    let (ls, ll) = block_span(last, bs, size);
-    let mut items = run.into_iter();
-    let fail = |e: FillError, cur: Option<RunItem>, rest: &mut dyn Iterator<Item = RunItem>| {
-        for (_, k, tx) in cur.into_iter().chain(rest) {
-            let _ = tx.send(Some(Err(e.clone())));
-            cache.inflight.release(&k);
-        }
-    };
-    let mut body = match origin
-        .get_range(&t.bucket, &t.key, &t.map.etag, start, ls + ll - 1)
-        .await
-    {
-        Ok(b) => b,
-        Err(e) => return fail(to_fill_error(e), None, &mut items),
-    };
-    let mut cur = items.next();
-    let mut buf = BytesMut::with_capacity(bs as usize);
-    while cur.is_some() {
-        let mut chunk = match body.next().await {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                return fail(
-                    FillError::Failed("origin body ended early".into()),
-                    cur,
-                    &mut items,
-                )
-            }
-            Err(e) => return fail(to_fill_error(e), cur, &mut items),
-        };
-        while !chunk.is_empty() {
-            let Some((index, key, tx)) = cur.take() else {
-                break;
-            };
-            let want_now = block_span(index, bs, size).1 as usize;
-            let take = (want_now - buf.len()).min(chunk.len());
-            buf.extend_from_slice(&chunk.split_to(take));
-            if buf.len() < want_now {
-                cur = Some((index, key, tx));
-                continue;
-            }
-            let bytes = buf.split().freeze();
-            let s = cache.store_of(t.map.class, index, size);
-            cache
-                .pick(s)
-                .1
-                .origin_bytes
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            cache.admit(key.clone(), bytes.clone(), s);
-            let _ = tx.send(Some(Ok(bytes)));
-            cache.inflight.release(&key);
-            cur = items.next();
-        }
-    }
-    // Drain to the end so the connection goes back to the pool.
-    while let Ok(Some(_)) = body.next().await {}
-}
-
-fn to_fill_error(e: OriginError) -> FillError {
-    match e {
-        OriginError::Changed | OriginError::NotFound => FillError::Changed,
-        other => FillError::Failed(other.to_string()),
     }
 }

@@ -15,11 +15,12 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::access::Access;
-use crate::cache::{BlockCache, BlockReader, Target};
+use crate::cache::BlockCache;
 use crate::classify::Class;
 use crate::inflight::{wait_for, Claim, FillError, SingleFlight};
 use crate::mapping::{Mapping, MappingTable};
-use crate::range::{block_span, blocks_of, resolve, RangeAsk};
+use crate::range::{blocks_of, resolve, RangeAsk};
+use crate::reader::{BlockReader, Plan, Target};
 
 /// Query parameters and headers that make a read uncacheable here (passed to the origin).
 const PASS_QUERY: &[&str] = &[
@@ -209,21 +210,21 @@ impl BlockFilter {
             object_key: key.shared(),
             map: map.clone(),
         };
-        let bs = self.cache.settings.block_bytes;
-        let (b0, b1) = blocks_of(first, last, bs);
-        let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
+        let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
+        let mut reader = BlockReader::new(
+            self.cache.clone(),
+            self.origin.clone(),
+            target,
+            (first, last),
+            false,
+        );
         let body_len = if size == 0 { 0 } else { last - first + 1 };
-        let mut missing = 0u64;
-        let mut cached = 0u64;
-        if !head && size > 0 {
-            for i in b0..=b1 {
-                if reader.cached(i) {
-                    cached += 1
-                } else {
-                    missing += block_span(i, bs, size).1
-                }
-            }
-        }
+        let plan = if head || size == 0 {
+            Plan::default()
+        } else {
+            reader.plan().await
+        };
+        let (missing, cached) = (plan.missing_bytes, plan.cached);
         // Counted while this response waits on the origin (released when serve returns).
         let _miss = (missing > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
         let label = match (head || size == 0, missing, cached) {
@@ -248,7 +249,7 @@ impl BlockFilter {
             return Ok(true);
         }
         for i in b0..=b1 {
-            let block = match reader.block(i).await {
+            let piece = match reader.block(i).await {
                 Ok(b) => b,
                 Err(e) => {
                     if e == FillError::Changed {
@@ -260,10 +261,6 @@ impl BlockFilter {
                     ));
                 }
             };
-            let (start, _) = block_span(i, bs, size);
-            let lo = first.saturating_sub(start) as usize;
-            let hi = ((last + 1 - start) as usize).min(block.len());
-            let piece = block.slice(lo.min(hi)..hi);
             session
                 .write_response_body(Some(piece), i == b1)
                 .await

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::Mutex;
 
-use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::block::Block;
 use crate::store::BlockKey;
 
 const SHARDS: usize = 64;
@@ -22,8 +22,8 @@ pub enum FillError {
     Failed(String),
 }
 
-/// A block's fill state: `None` while in flight.
-pub type Slot = Option<Result<Bytes, FillError>>;
+/// A block's fill state: `None` while in flight; then the block as the fill left it.
+pub type Slot = Option<Result<Block, FillError>>;
 
 /// The outcome of claiming a key.
 pub enum Claim<T> {
@@ -40,7 +40,7 @@ pub struct SingleFlight<K, T> {
 }
 
 /// Block fills in flight.
-pub type Inflight = SingleFlight<BlockKey, Result<Bytes, FillError>>;
+pub type Inflight = SingleFlight<BlockKey, Result<Block, FillError>>;
 
 impl<K: Hash + Eq + Clone, T: Clone> Default for SingleFlight<K, T> {
     fn default() -> Self {
@@ -91,6 +91,6 @@ pub async fn wait_for<T: Clone>(mut rx: watch::Receiver<Option<T>>, abandoned: T
 }
 
 /// Waits for a block published on `rx`.
-pub async fn wait(rx: watch::Receiver<Slot>) -> Result<Bytes, FillError> {
+pub async fn wait(rx: watch::Receiver<Slot>) -> Result<Block, FillError> {
     wait_for(rx, Err(FillError::Failed("fill abandoned".into()))).await
 }

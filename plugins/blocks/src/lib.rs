@@ -9,6 +9,7 @@
 //! ```
 
 pub mod access;
+pub mod block;
 mod cache;
 pub mod classify;
 mod filter;
@@ -16,11 +17,12 @@ mod inflight;
 mod mapping;
 mod ops;
 pub mod range;
+mod reader;
 mod sketch;
 mod store;
 
 pub use access::{Access, AccessLog};
-pub use cache::{BlockCache, CacheSettings, StoreStats};
+pub use cache::{BlockCache, CacheSettings, Fill, StoreStats};
 pub use classify::{Class, Store};
 pub use filter::BlockFilter;
 pub use ops::{ReadOut, ReadSpan};

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use floe_core::{BucketName, FilterCtx, ObjectKey, S3Op};
 
-use crate::cache::{BlockReader, Target};
 use crate::classify::{Class, Store};
 use crate::filter::BlockFilter;
 use crate::mapping::Mapping;
 use crate::range::{block_span, blocks_of};
+use crate::reader::{BlockReader, Target};
 
 /// Which bytes of an object a warm or read covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,15 +213,19 @@ impl BlockFilter {
             object_key: key.shared(),
             map: map.clone(),
         };
-        let mut reader = BlockReader::new(self.cache.clone(), self.origin.clone(), target, b1);
+        let mut reader = BlockReader::new(
+            self.cache.clone(),
+            self.origin.clone(),
+            target,
+            (first, last),
+            true,
+        );
         let mut warmed = 0;
         for i in b0..=b1 {
-            let block = reader.block(i).await.map_err(|e| format!("{e:?}"))?;
-            warmed += block.len() as u64;
-            let (start, _) = block_span(i, bs, map.size);
-            let lo = first.saturating_sub(start) as usize;
-            let hi = ((last + 1 - start) as usize).min(block.len());
-            each(block.slice(lo.min(hi)..hi), start);
+            let piece = reader.block(i).await.map_err(|e| format!("{e:?}"))?;
+            let (start, len) = block_span(i, bs, map.size);
+            warmed += len;
+            each(piece, start);
         }
         Ok((warmed, out))
     }
