@@ -121,6 +121,24 @@ def test_sequential_reads_read_the_block_ahead(cached, direct):
     assert origin_bytes(cached) - b0 == 2 * MiB
 
 
+def test_a_run_refetches_a_cached_tail_instead_of_a_second_get(cached, direct):
+    """A read from a partly cached block on into an uncached one is one origin GET: the cached
+    tail in between is fetched again rather than paying a second round trip."""
+    data = os.urandom(8 * MiB)
+    key = "blocks/tail.parquet"
+    direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+    r = get(cached.port, key, f"bytes={3 * MiB}-{4 * MiB - 1}")  # the tail of block 1
+    assert r.data == data[3 * MiB:4 * MiB]
+    b0, g0 = origin_bytes(cached), cached.relay.count("GET")
+    lo, hi = 2 * MiB + MiB // 2, 5 * MiB - 1
+    r = get(cached.port, key, f"bytes={lo}-{hi}")
+    assert r.data == data[lo:hi + 1] and r.headers["x-floe-cache"] == "miss"
+    assert cached.relay.count("GET") - g0 == 1
+    assert origin_bytes(cached) - b0 == int(r.headers["x-floe-origin-bytes"]) == MiB // 2 + 2 * MiB
+    r = get(cached.port, key, f"bytes={lo}-{hi}")
+    assert r.data == data[lo:hi + 1] and r.headers["x-floe-cache"] == "hit"
+
+
 def test_block_fill_fetches_whole_blocks(minio, direct, tmp_path):
     relay = Relay(minio.port)
     p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", extra_cache="  fill: block")

@@ -165,6 +165,13 @@ impl BlockReader {
             };
             match self.fetch(i, held.as_ref()) {
                 None => plan.cached += 1,
+                // As start_fill does: a fill running on into the next (uncached) block fetches
+                // this one to its end.
+                Some((a, _))
+                    if i < b1 && !self.cache.contains(&self.key(i + 1), self.store(i + 1)) =>
+                {
+                    plan.missing_bytes += u64::from(self.need(i).0 - a)
+                }
                 Some((a, z)) => plan.missing_bytes += u64::from(z - a),
             }
         }
@@ -250,10 +257,6 @@ impl BlockReader {
             .1
             .min(index + self.cache.settings.max_run_blocks - 1);
         for j in index + 1..=last {
-            let Some(prev) = run.last() else { break };
-            if prev.to != self.need(prev.index).0 {
-                break;
-            }
             let kj = self.key(j);
             let sj = self.store(j);
             if self.cache.contains(&kj, sj) {
@@ -267,6 +270,11 @@ impl BlockReader {
             };
             match self.cache.inflight.claim(&kj) {
                 Claim::Mine(txj) => {
+                    // The response goes on into a block that is not cached: re-fetching the
+                    // cached tail of the previous block costs less than another round trip.
+                    if let Some(prev) = run.last_mut() {
+                        prev.to = self.need(prev.index).0;
+                    }
                     self.pending.push_back((j, txj.subscribe()));
                     run.push(RunItem {
                         index: j,
@@ -317,7 +325,9 @@ async fn fill(cache: Arc<BlockCache>, origin: Arc<dyn OriginReader>, t: Target, 
         Err(e) => return fail(to_fill_error(e), None, &mut items),
     };
     let mut cur = items.next();
-    let mut buf = bytes::BytesMut::with_capacity(bs as usize);
+    // One exact-size buffer per block piece: a stored piece must not keep a larger allocation
+    // alive (the stores weigh the bytes held, and DRAM ceilings must hold in RSS too).
+    let mut buf = bytes::BytesMut::new();
     while cur.is_some() {
         let mut chunk = match body.next().await {
             Ok(Some(c)) => c,
@@ -330,6 +340,9 @@ async fn fill(cache: Arc<BlockCache>, origin: Arc<dyn OriginReader>, t: Target, 
         while !chunk.is_empty() {
             let Some(it) = cur.take() else { break };
             let want = (it.to - it.from) as usize;
+            if buf.capacity() == 0 {
+                buf.reserve(want);
+            }
             let take = (want - buf.len()).min(chunk.len());
             buf.extend_from_slice(&chunk.split_to(take));
             if buf.len() < want {

@@ -134,7 +134,10 @@ pub struct StoreError {
     reason: String,
 }
 
-/// Opens (and recovers) a store.
+/// Opens (and recovers) a store. The disk tier uses direct I/O where the filesystem allows it:
+/// blocks are written once and read back only on a DRAM miss, so the page cache would only add
+/// a copy of every filled byte (about a fifth of the cold path's CPU, measured with perf).
+/// Filesystems without O_DIRECT (tmpfs on older kernels) get buffered I/O.
 pub async fn open(
     name: &'static str,
     s: &StoreSettings,
@@ -147,13 +150,31 @@ pub async fn open(
         reason,
     };
     std::fs::create_dir_all(&s.disk_dir).map_err(|e| err(e.to_string()))?;
-    // Direct I/O: blocks are written once and read back only on a DRAM miss, so the page
-    // cache would only add a copy of every filled byte (a fifth of the cold path's CPU).
-    let device = FsDeviceBuilder::new(&s.disk_dir)
-        .with_capacity(s.disk_bytes)
-        .with_direct(true)
-        .build()
-        .map_err(|e| err(e.to_string()))?;
+    if cfg!(target_os = "linux") {
+        match build(name, s, block_bytes, events.clone(), true).await {
+            Ok(store) => return Ok(store),
+            Err(e) => {
+                tracing::warn!(store = name, error = %e, "direct I/O refused; buffered disk tier")
+            }
+        }
+    }
+    build(name, s, block_bytes, events, false)
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+async fn build(
+    name: &'static str,
+    s: &StoreSettings,
+    block_bytes: usize,
+    events: Arc<StoreEvents>,
+    direct: bool,
+) -> foyer::Result<BlockStore> {
+    let device = FsDeviceBuilder::new(&s.disk_dir).with_capacity(s.disk_bytes);
+    #[cfg(target_os = "linux")]
+    let device = device.with_direct(direct);
+    #[cfg(not(target_os = "linux"))]
+    let _ = direct;
     HybridCacheBuilder::new()
         .with_name(name)
         .with_policy(HybridCachePolicy::WriteOnInsertion)
@@ -167,9 +188,8 @@ pub async fn open(
         })
         .storage()
         .with_io_engine_config(PsyncIoEngineConfig::new())
-        .with_engine_config(BlockEngineConfig::new(device).with_block_size(REGION_BYTES))
+        .with_engine_config(BlockEngineConfig::new(device.build()?).with_block_size(REGION_BYTES))
         .with_recover_mode(RecoverMode::Quiet)
         .build()
         .await
-        .map_err(|e| err(e.to_string()))
 }
