@@ -139,6 +139,33 @@ def test_a_run_refetches_a_cached_tail_instead_of_a_second_get(cached, direct):
     assert r.data == data[lo:hi + 1] and r.headers["x-floe-cache"] == "hit"
 
 
+def test_contended_block_serves_every_read(cached, direct):
+    """Many reads of different ranges of one cold block at once: each waits on the others'
+    fills or fills its own bytes; every one is answered in full."""
+    http = urllib3.PoolManager(maxsize=32, retries=False)
+    failed = []
+    for n in range(12):
+        data = os.urandom(6 * MiB)
+        key = f"blocks/contended{n}.parquet"
+        direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+        rnd = random.Random(n)
+        ranges = [(lo, lo + rnd.randrange(1, MiB)) for lo in (2 * MiB + rnd.randrange(0, MiB) for _ in range(32))]
+        barrier = threading.Barrier(32)
+
+        def one(rng):
+            barrier.wait()
+            lo, hi = rng
+            try:
+                r = get(cached.port, key, f"bytes={lo}-{hi}", http)
+                return r.status == 206 and r.data == data[lo:hi + 1]
+            except urllib3.exceptions.HTTPError:
+                return False
+
+        with concurrent.futures.ThreadPoolExecutor(32) as ex:
+            failed += [r for r, ok in zip(ranges, ex.map(one, ranges)) if not ok]
+    assert failed == []
+
+
 def test_block_fill_fetches_whole_blocks(minio, direct, tmp_path):
     relay = Relay(minio.port)
     p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", extra_cache="  fill: block")

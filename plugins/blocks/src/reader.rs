@@ -21,8 +21,9 @@ use crate::store::BlockKey;
 /// Blocks a response looks up before it starts (to label it hit/miss/partial exactly); the
 /// entries are kept and served, so planning costs no extra lookups.
 const PLAN: usize = 8;
-/// Rounds of "wait for a fill, find it did not bring my bytes, claim again" before giving up.
-const ROUNDS: usize = 4;
+/// Times a read waits on other reads' fills of one block that do not bring its bytes before it
+/// fetches its own bytes unshared.
+const MAX_WAITS: usize = 8;
 
 /// Identity of the object a reader serves.
 #[derive(Clone)]
@@ -204,7 +205,8 @@ impl BlockReader {
             }
         }
         stats.misses.fetch_add(1, Ordering::Relaxed);
-        for _ in 0..ROUNDS {
+        let mut waits = 0;
+        loop {
             if let Some(rx) = wait.take() {
                 let b = inflight::wait(rx).await?;
                 if let Some(bytes) = b.slice(lo, hi) {
@@ -212,7 +214,13 @@ impl BlockReader {
                 }
             }
             match self.cache.inflight.claim(&key) {
-                Claim::Theirs(rx) => wait = Some(rx),
+                Claim::Theirs(rx) if waits < MAX_WAITS => {
+                    waits += 1;
+                    wait = Some(rx);
+                }
+                // Other reads keep filling other bytes of this block: fetch ours unshared
+                // rather than wait without end.
+                Claim::Theirs(_) => return self.unshared(index, lo, hi).await,
                 Claim::Mine(tx) => {
                     // Another fill may have stored bytes and released its claim since we
                     // looked: look again before going to the origin.
@@ -222,12 +230,48 @@ impl BlockReader {
                         self.cache.inflight.release(&key);
                         return Ok(b);
                     }
-                    wait = Some(tx.subscribe());
+                    let own = tx.subscribe();
                     self.start_fill(index, key.clone(), tx, held);
+                    let b = inflight::wait(own).await?;
+                    // Our own fill holds what we asked for (merge keeps `missing`'s promise).
+                    return b
+                        .slice(lo, hi)
+                        .ok_or_else(|| FillError::Failed("a fill did not bring the bytes".into()));
                 }
             }
         }
-        Err(FillError::Failed("a fill did not bring the bytes".into()))
+    }
+
+    /// Bytes `lo..hi` of block `index` straight from the origin, not stored.
+    async fn unshared(&self, index: u64, lo: u32, hi: u32) -> Result<Bytes, FillError> {
+        let start = index * self.bs();
+        let t = &self.target;
+        let mut body = self
+            .origin
+            .get_range(
+                &t.bucket,
+                &t.key,
+                &t.map.etag,
+                start + u64::from(lo),
+                start + u64::from(hi) - 1,
+            )
+            .await
+            .map_err(to_fill_error)?;
+        let mut buf = bytes::BytesMut::with_capacity((hi - lo) as usize);
+        while let Some(c) = body.next().await.map_err(to_fill_error)? {
+            buf.extend_from_slice(&c);
+        }
+        if buf.len() != (hi - lo) as usize {
+            return Err(FillError::Failed("origin body ended early".into()));
+        }
+        let s = self.store(index);
+        let fetched = buf.len() as u64;
+        self.cache
+            .pick(s)
+            .1
+            .origin_bytes
+            .fetch_add(fetched, Ordering::Relaxed);
+        Ok(buf.freeze())
     }
 
     /// Claims the blocks after `index` whose fetches continue its own, and spawns one ranged
