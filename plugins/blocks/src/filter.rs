@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use floe_core::{
     BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
     S3ErrorCode, S3Op,
@@ -21,6 +22,7 @@ use crate::inflight::{wait_for, Claim, FillError, SingleFlight};
 use crate::mapping::{Mapping, MappingTable};
 use crate::range::{blocks_of, resolve, RangeAsk};
 use crate::reader::{BlockReader, Plan, Target};
+use crate::tap::{ServeError, Sink};
 
 /// Query parameters and headers that make a read uncacheable here (passed to the origin).
 const PASS_QUERY: &[&str] = &[
@@ -248,24 +250,22 @@ impl BlockFilter {
         if head || body_len == 0 {
             return Ok(true);
         }
+        let mut sink = ClientSink(session);
         for i in b0..=b1 {
-            let piece = match reader.block(i).await {
-                Ok(b) => b,
-                Err(e) => {
-                    if e == FillError::Changed {
-                        self.map.drop_key(key.as_str());
-                    }
-                    return Err(S3Error::new(
-                        S3ErrorCode::InternalError,
-                        format!("block fill failed mid-response: {e:?}"),
-                    ));
+            if let Err(e) = reader.serve(i, &mut sink).await {
+                if e == ServeError::Fill(FillError::Changed) {
+                    self.map.drop_key(key.as_str());
                 }
-            };
-            session
-                .write_response_body(Some(piece), i == b1)
-                .await
-                .map_err(internal)?;
+                return Err(S3Error::new(
+                    S3ErrorCode::InternalError,
+                    format!("response ended early: {e:?}"),
+                ));
+            }
         }
+        session
+            .write_response_body(None, true)
+            .await
+            .map_err(internal)?;
         ctx.origin_bytes += missing;
         self.cache.access.record(Access {
             bucket: self.bucket_key.clone(),
@@ -275,6 +275,19 @@ impl BlockFilter {
             len: body_len,
         });
         Ok(true)
+    }
+}
+
+/// A response's body, written to the client as the reader produces it.
+struct ClientSink<'a>(&'a mut Session);
+
+#[async_trait]
+impl Sink for ClientSink<'_> {
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ServeError> {
+        self.0
+            .write_response_body(Some(bytes), false)
+            .await
+            .map_err(|e| ServeError::Sink(e.to_string()))
     }
 }
 

@@ -11,6 +11,7 @@ use crate::filter::BlockFilter;
 use crate::mapping::Mapping;
 use crate::range::{block_span, blocks_of};
 use crate::reader::{BlockReader, Target};
+use crate::tap::{ServeError, Sink};
 
 /// Which bytes of an object a warm or read covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,19 @@ pub enum ReadSpan {
     Range(u64, u64),
     /// The last `n` bytes (the whole object when it is shorter).
     Suffix(u64),
+}
+
+/// Collects a read's bytes (or only counts them through, when not kept).
+struct Collect(BytesMut, bool);
+
+#[async_trait::async_trait]
+impl Sink for Collect {
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ServeError> {
+        if self.1 {
+            self.0.extend_from_slice(&bytes);
+        }
+        Ok(())
+    }
 }
 
 /// Bytes read through the cache, with the version they belong to.
@@ -143,7 +157,7 @@ impl BlockFilter {
         span: ReadSpan,
         force: Option<Store>,
     ) -> Result<u64, String> {
-        self.blocks(bucket, key, span, force, |_, _| ())
+        self.blocks(bucket, key, span, force, false)
             .await
             .map(|(n, _)| n)
     }
@@ -156,27 +170,20 @@ impl BlockFilter {
         span: ReadSpan,
         force: Option<Store>,
     ) -> Result<ReadOut, String> {
-        let mut buf = BytesMut::new();
-        let (_, out) = self
-            .blocks(bucket, key, span, force, |piece, _| {
-                buf.extend_from_slice(&piece)
-            })
-            .await?;
-        Ok(ReadOut {
-            bytes: buf.freeze(),
-            ..out
-        })
+        self.blocks(bucket, key, span, force, true)
+            .await
+            .map(|(_, out)| out)
     }
 
-    /// Walks the blocks of `span`, handing each block's requested slice to `each`. Returns the
-    /// bytes of the blocks walked (whole blocks are warmed) and the span's place in the version.
+    /// Walks the blocks of `span` (whole blocks are warmed), keeping the span's bytes when
+    /// `keep`. Returns the bytes of the blocks walked and the span's bytes and place.
     async fn blocks(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
         span: ReadSpan,
         force: Option<Store>,
-        mut each: impl FnMut(Bytes, u64),
+        keep: bool,
     ) -> Result<(u64, ReadOut), String> {
         let (mut map, _) = self.mapping(bucket, key).await?;
         if let Some(store) = force {
@@ -221,12 +228,15 @@ impl BlockFilter {
             true,
         );
         let mut warmed = 0;
+        let mut sink = Collect(BytesMut::new(), keep);
         for i in b0..=b1 {
-            let piece = reader.block(i).await.map_err(|e| format!("{e:?}"))?;
-            let (start, len) = block_span(i, bs, map.size);
-            warmed += len;
-            each(piece, start);
+            reader
+                .serve(i, &mut sink)
+                .await
+                .map_err(|e| format!("{e:?}"))?;
+            warmed += block_span(i, bs, map.size).1;
         }
+        out.bytes = sink.0.freeze();
         Ok((warmed, out))
     }
 }

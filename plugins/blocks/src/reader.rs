@@ -7,16 +7,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::{BucketName, ObjectKey, OriginError, OriginReader};
-use tokio::sync::watch;
+use floe_core::{BucketName, ObjectKey, OriginReader};
+use tokio::sync::{mpsc, watch};
 
-use crate::block::{Block, Span, MAX_SPANS};
+use crate::block::{Block, MAX_SPANS};
 use crate::cache::{BlockCache, Fill};
 use crate::classify::Store;
+use crate::fill::{fill, unshared, RunItem};
 use crate::inflight::{self, Claim, FillError, Slot};
 use crate::mapping::Mapping;
 use crate::range::block_span;
 use crate::store::BlockKey;
+use crate::tap::{ServeError, Sink, Tap};
 
 /// Blocks a response looks up before it starts (to label it hit/miss/partial exactly); the
 /// entries are kept and served, so planning costs no extra lookups.
@@ -59,17 +61,32 @@ pub struct BlockReader {
     /// Fill whole blocks whatever `Fill` says (warming).
     whole: bool,
     planned: [Option<Block>; PLAN],
-    pending: VecDeque<(u64, watch::Receiver<Slot>)>,
+    /// Blocks claimed ahead by this reader's runs (with the in-block bytes its own fill
+    /// fetches) or by others' fills it met while claiming.
+    pending: VecDeque<Pending>,
+    /// The body of the last fill this reader started.
+    tap: Option<Tap>,
 }
 
-/// One block of a fill run: its key, claim, the in-block bytes to fetch and what it held.
-struct RunItem {
+/// A block claimed ahead: by this reader's run (`own`: the in-block bytes fetched) or by
+/// another read's fill met while claiming.
+struct Pending {
     index: u64,
-    key: BlockKey,
-    tx: watch::Sender<Slot>,
-    from: u32,
-    to: u32,
-    held: Option<Block>,
+    rx: watch::Receiver<Slot>,
+    own: Option<(u32, u32)>,
+}
+
+/// How a block's bytes come.
+enum Got {
+    /// All here.
+    Ready(Bytes),
+    /// This reader's own fill fetches in-block bytes `from..to`; `held` has the rest.
+    Own {
+        held: Option<Block>,
+        from: u32,
+        to: u32,
+        rx: watch::Receiver<Slot>,
+    },
 }
 
 impl BlockReader {
@@ -90,6 +107,7 @@ impl BlockReader {
             whole,
             planned: Default::default(),
             pending: VecDeque::new(),
+            tap: None,
         }
     }
 
@@ -179,15 +197,70 @@ impl BlockReader {
         plan
     }
 
-    /// The bytes this response needs of block `index`, from the cache or a fill.
-    pub async fn block(&mut self, index: u64) -> Result<Bytes, FillError> {
+    /// Puts the bytes this response needs of block `index` into `sink`: from the cache, from
+    /// another read's fill, or from this reader's own fill as its body arrives.
+    pub async fn serve(&mut self, index: u64, sink: &mut dyn Sink) -> Result<(), ServeError> {
+        let (_, lo, hi) = self.need(index);
+        let (held, from, to, rx) = match self.block(index).await? {
+            Got::Ready(b) => return put(sink, b).await,
+            Got::Own { held, from, to, rx } => (held, from, to, rx),
+        };
+        let start = index * self.bs();
+        let (a, z) = (lo.max(from), hi.min(to));
+        let mut rest = None;
+        for (x, y, own) in [(lo, a, false), (a, z, true), (z.max(lo), hi, false)] {
+            if x >= y {
+                continue;
+            }
+            let from_tap = own
+                && self
+                    .tap
+                    .as_ref()
+                    .is_some_and(|t| t.ahead(start + u64::from(x)));
+            if from_tap {
+                if let Some(t) = self.tap.as_mut() {
+                    t.copy(start + u64::from(x), start + u64::from(y), sink)
+                        .await?;
+                }
+                continue;
+            }
+            let piece = match held.as_ref().and_then(|b| b.slice(x, y)) {
+                Some(p) if !own => p,
+                // Not where the plan said: take it from the finished fill.
+                _ => {
+                    if rest.is_none() {
+                        rest = Some(inflight::wait(rx.clone()).await?);
+                    }
+                    rest.as_ref()
+                        .and_then(|b| b.slice(x, y))
+                        .ok_or_else(|| FillError::Failed("a fill did not bring the bytes".into()))?
+                }
+            };
+            put(sink, piece).await?;
+        }
+        Ok(())
+    }
+
+    /// Where the bytes this response needs of block `index` come from.
+    async fn block(&mut self, index: u64) -> Result<Got, FillError> {
         let (_, lo, hi) = self.need(index);
         let key = self.key(index);
         let store = self.store(index);
         let stats = self.cache.pick(store).1;
         let mut wait = None;
-        if self.pending.front().is_some_and(|(i, _)| *i == index) {
-            wait = self.pending.pop_front().map(|(_, rx)| rx);
+        if self.pending.front().is_some_and(|p| p.index == index) {
+            if let Some(Pending { rx, own, .. }) = self.pending.pop_front() {
+                if let Some((from, to)) = own {
+                    stats.misses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Got::Own {
+                        held: None,
+                        from,
+                        to,
+                        rx,
+                    });
+                }
+                wait = Some(rx);
+            }
         } else if store == Store::Data {
             self.cache.sketch.touch(key.stable_hash());
         }
@@ -201,7 +274,7 @@ impl BlockReader {
             }
             if let Some(b) = held.as_ref().and_then(|b| b.slice(lo, hi)) {
                 stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(b);
+                return Ok(Got::Ready(b));
             }
         }
         stats.misses.fetch_add(1, Ordering::Relaxed);
@@ -210,7 +283,7 @@ impl BlockReader {
             if let Some(rx) = wait.take() {
                 let b = inflight::wait(rx).await?;
                 if let Some(bytes) = b.slice(lo, hi) {
-                    return Ok(bytes);
+                    return Ok(Got::Ready(bytes));
                 }
             }
             match self.cache.inflight.claim(&key) {
@@ -220,7 +293,14 @@ impl BlockReader {
                 }
                 // Other reads keep filling other bytes of this block: fetch ours unshared
                 // rather than wait without end.
-                Claim::Theirs(_) => return self.unshared(index, lo, hi).await,
+                Claim::Theirs(_) => {
+                    let (t, s) = (&self.target, store);
+                    let start = index * self.bs();
+                    let range = (start + u64::from(lo), start + u64::from(hi));
+                    return unshared(&self.cache, &self.origin, t, s, range)
+                        .await
+                        .map(Got::Ready);
+                }
                 Claim::Mine(tx) => {
                     // Another fill may have stored bytes and released its claim since we
                     // looked: look again before going to the origin.
@@ -228,65 +308,33 @@ impl BlockReader {
                     if let Some(b) = held.as_ref().and_then(|b| b.slice(lo, hi)) {
                         let _ = tx.send(held.map(Ok));
                         self.cache.inflight.release(&key);
-                        return Ok(b);
+                        return Ok(Got::Ready(b));
                     }
-                    let own = tx.subscribe();
-                    self.start_fill(index, key.clone(), tx, held);
-                    let b = inflight::wait(own).await?;
-                    // Our own fill holds what we asked for (merge keeps `missing`'s promise).
-                    return b
-                        .slice(lo, hi)
-                        .ok_or_else(|| FillError::Failed("a fill did not bring the bytes".into()));
+                    let rx = tx.subscribe();
+                    return match self.start_fill(index, key.clone(), tx, held.clone()) {
+                        Some((from, to)) => Ok(Got::Own { held, from, to, rx }),
+                        None => Err(FillError::Failed(
+                            "a missing range with nothing to fetch".into(),
+                        )),
+                    };
                 }
             }
         }
     }
 
-    /// Bytes `lo..hi` of block `index` straight from the origin, not stored.
-    async fn unshared(&self, index: u64, lo: u32, hi: u32) -> Result<Bytes, FillError> {
-        let start = index * self.bs();
-        let t = &self.target;
-        let mut body = self
-            .origin
-            .get_range(
-                &t.bucket,
-                &t.key,
-                &t.map.etag,
-                start + u64::from(lo),
-                start + u64::from(hi) - 1,
-            )
-            .await
-            .map_err(to_fill_error)?;
-        let mut buf = bytes::BytesMut::with_capacity((hi - lo) as usize);
-        while let Some(c) = body.next().await.map_err(to_fill_error)? {
-            buf.extend_from_slice(&c);
-        }
-        if buf.len() != (hi - lo) as usize {
-            return Err(FillError::Failed("origin body ended early".into()));
-        }
-        let s = self.store(index);
-        let fetched = buf.len() as u64;
-        self.cache
-            .pick(s)
-            .1
-            .origin_bytes
-            .fetch_add(fetched, Ordering::Relaxed);
-        Ok(buf.freeze())
-    }
-
-    /// Claims the blocks after `index` whose fetches continue its own, and spawns one ranged
-    /// GET for the run.
+    /// Claims the blocks after `index` whose fetches continue its own, spawns one ranged GET
+    /// for the run and taps its body. Returns the in-block bytes fetched for `index`.
     fn start_fill(
         &mut self,
         index: u64,
         key: BlockKey,
         tx: watch::Sender<Slot>,
         held: Option<Block>,
-    ) {
+    ) -> Option<(u32, u32)> {
         let Some((from, to)) = self.fetch(index, held.as_ref()) else {
             let _ = tx.send(held.map(Ok));
             self.cache.inflight.release(&key);
-            return;
+            return None;
         };
         let mut run = vec![RunItem {
             index,
@@ -300,6 +348,7 @@ impl BlockReader {
             .block_range()
             .1
             .min(index + self.cache.settings.max_run_blocks - 1);
+        let mut theirs = None;
         for j in index + 1..=last {
             let kj = self.key(j);
             let sj = self.store(j);
@@ -319,7 +368,6 @@ impl BlockReader {
                     if let Some(prev) = run.last_mut() {
                         prev.to = self.need(prev.index).0;
                     }
-                    self.pending.push_back((j, txj.subscribe()));
                     run.push(RunItem {
                         index: j,
                         key: kj,
@@ -330,104 +378,47 @@ impl BlockReader {
                     });
                 }
                 Claim::Theirs(rx) => {
-                    self.pending.push_back((j, rx));
+                    theirs = Some((j, rx));
                     break;
                 }
             }
+        }
+        for it in run.iter().skip(1) {
+            self.pending.push_back(Pending {
+                index: it.index,
+                rx: it.tx.subscribe(),
+                own: Some((it.from, it.to)),
+            });
+        }
+        if let Some((index, rx)) = theirs {
+            self.pending.push_back(Pending {
+                index,
+                rx,
+                own: None,
+            });
+        }
+        let bs = self.bs();
+        let first = run.first().map(|it| (it.from, it.to));
+        let end = run.last().map_or(0, |it| it.index * bs + u64::from(it.to));
+        let result = run.first().map(|it| it.tx.subscribe());
+        let (ttx, trx) = mpsc::unbounded_channel();
+        if let (Some((from, _)), Some(result)) = (first, result) {
+            self.tap = Some(Tap::new(trx, index * bs + u64::from(from), end, result));
         }
         tokio::spawn(fill(
             self.cache.clone(),
             self.origin.clone(),
             self.target.clone(),
             run,
+            Some(ttx),
         ));
+        first
     }
 }
 
-/// Fetches a run of adjacent block pieces with one ranged GET (If-Match on the ETag), storing
-/// and publishing each block the moment its piece is complete.
-async fn fill(cache: Arc<BlockCache>, origin: Arc<dyn OriginReader>, t: Target, run: Vec<RunItem>) {
-    let bs = cache.settings.block_bytes;
-    let size = t.map.size;
-    let (Some(first), Some(last)) = (run.first(), run.last()) else {
-        return;
-    };
-    let start = first.index * bs + u64::from(first.from);
-    let end = last.index * bs + u64::from(last.to);
-    let mut items = run.into_iter();
-    let fail = |e: FillError, cur: Option<RunItem>, rest: &mut dyn Iterator<Item = RunItem>| {
-        for it in cur.into_iter().chain(rest) {
-            let _ = it.tx.send(Some(Err(e.clone())));
-            cache.inflight.release(&it.key);
-        }
-    };
-    let mut body = match origin
-        .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
-        .await
-    {
-        Ok(b) => b,
-        Err(e) => return fail(to_fill_error(e), None, &mut items),
-    };
-    let mut cur = items.next();
-    // One exact-size buffer per block piece: a stored piece must not keep a larger allocation
-    // alive (the stores weigh the bytes held, and DRAM ceilings must hold in RSS too).
-    let mut buf = bytes::BytesMut::new();
-    while cur.is_some() {
-        let mut chunk = match body.next().await {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                let e = FillError::Failed("origin body ended early".into());
-                return fail(e, cur, &mut items);
-            }
-            Err(e) => return fail(to_fill_error(e), cur, &mut items),
-        };
-        while !chunk.is_empty() {
-            let Some(it) = cur.take() else { break };
-            let want = (it.to - it.from) as usize;
-            if buf.capacity() == 0 {
-                buf.reserve(want);
-            }
-            let take = (want - buf.len()).min(chunk.len());
-            buf.extend_from_slice(&chunk.split_to(take));
-            if buf.len() < want {
-                cur = Some(it);
-                continue;
-            }
-            publish(&cache, &t, it, buf.split().freeze(), size);
-            cur = items.next();
-        }
+async fn put(sink: &mut dyn Sink, b: Bytes) -> Result<(), ServeError> {
+    if b.is_empty() {
+        return Ok(());
     }
-    // Drain to the end so the connection goes back to the pool.
-    while let Ok(Some(_)) = body.next().await {}
-}
-
-/// Merges a fetched piece into what the block held, stores it and hands it to the waiters.
-fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64) {
-    let bs = cache.settings.block_bytes;
-    let len = block_span(it.index, bs, size).1 as u32;
-    let s = cache.store_of(t.map.class, it.index, size);
-    let fetched = bytes.len() as u64;
-    let piece = Span {
-        off: it.from,
-        bytes,
-    };
-    let block = match &it.held {
-        Some(b) => b.merge(piece),
-        None => Block::of(len, piece),
-    };
-    cache
-        .pick(s)
-        .1
-        .origin_bytes
-        .fetch_add(fetched, Ordering::Relaxed);
-    cache.admit(it.key.clone(), block.clone(), s);
-    let _ = it.tx.send(Some(Ok(block)));
-    cache.inflight.release(&it.key);
-}
-
-fn to_fill_error(e: OriginError) -> FillError {
-    match e {
-        OriginError::Changed | OriginError::NotFound => FillError::Changed,
-        other => FillError::Failed(other.to_string()),
-    }
+    sink.put(b).await
 }

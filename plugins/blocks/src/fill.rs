@@ -1,0 +1,158 @@
+//! Fills: one ranged GET (If-Match on the resolved ETag) for a run of adjacent block pieces,
+//! each block stored and published the moment its piece is complete; the reader that started
+//! the run gets the body as it arrives (the tap), so its client is not kept waiting for whole
+//! pieces.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use floe_core::{OriginError, OriginReader};
+use tokio::sync::{mpsc, watch};
+
+use crate::block::{Block, Span};
+use crate::cache::BlockCache;
+use crate::classify::Store;
+use crate::inflight::{FillError, Slot};
+use crate::range::block_span;
+use crate::reader::Target;
+use crate::store::BlockKey;
+
+/// One block of a fill run: its key, claim, the in-block bytes to fetch and what it held.
+pub(crate) struct RunItem {
+    pub(crate) index: u64,
+    pub(crate) key: BlockKey,
+    pub(crate) tx: watch::Sender<Slot>,
+    pub(crate) from: u32,
+    pub(crate) to: u32,
+    pub(crate) held: Option<Block>,
+}
+
+/// Fetches a run of adjacent block pieces with one ranged GET (If-Match on the ETag), storing
+/// and publishing each block the moment its piece is complete.
+/// `tap` gets every chunk of the body, in order, from the first piece's first byte.
+pub(crate) async fn fill(
+    cache: Arc<BlockCache>,
+    origin: Arc<dyn OriginReader>,
+    t: Target,
+    run: Vec<RunItem>,
+    mut tap: Option<mpsc::UnboundedSender<Bytes>>,
+) {
+    let bs = cache.settings.block_bytes;
+    let size = t.map.size;
+    let (Some(first), Some(last)) = (run.first(), run.last()) else {
+        return;
+    };
+    let start = first.index * bs + u64::from(first.from);
+    let end = last.index * bs + u64::from(last.to);
+    let mut items = run.into_iter();
+    let fail = |e: FillError, cur: Option<RunItem>, rest: &mut dyn Iterator<Item = RunItem>| {
+        for it in cur.into_iter().chain(rest) {
+            let _ = it.tx.send(Some(Err(e.clone())));
+            cache.inflight.release(&it.key);
+        }
+    };
+    let mut body = match origin
+        .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
+        .await
+    {
+        Ok(b) => b,
+        Err(e) => return fail(to_fill_error(e), None, &mut items),
+    };
+    let mut cur = items.next();
+    // One exact-size buffer per block piece: a stored piece must not keep a larger allocation
+    // alive (the stores weigh the bytes held, and DRAM ceilings must hold in RSS too).
+    let mut buf = bytes::BytesMut::new();
+    while cur.is_some() {
+        let mut chunk = match body.next().await {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                let e = FillError::Failed("origin body ended early".into());
+                return fail(e, cur, &mut items);
+            }
+            Err(e) => return fail(to_fill_error(e), cur, &mut items),
+        };
+        // The tap gets the chunk after the blocks it completes are published, so a response
+        // never ends before the fill has stored (and counted) what it served.
+        let whole = chunk.clone();
+        while !chunk.is_empty() {
+            let Some(it) = cur.take() else { break };
+            let want = (it.to - it.from) as usize;
+            if buf.capacity() == 0 {
+                buf.reserve(want);
+            }
+            let take = (want - buf.len()).min(chunk.len());
+            buf.extend_from_slice(&chunk.split_to(take));
+            if buf.len() < want {
+                cur = Some(it);
+                continue;
+            }
+            publish(&cache, &t, it, buf.split().freeze(), size);
+            cur = items.next();
+        }
+        if tap.as_ref().is_some_and(|t| t.send(whole).is_err()) {
+            tap = None; // the client went away; the fill goes on for the cache
+        }
+    }
+    // Drain to the end so the connection goes back to the pool.
+    while let Ok(Some(_)) = body.next().await {}
+}
+
+/// Merges a fetched piece into what the block held, stores it and hands it to the waiters.
+fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64) {
+    let bs = cache.settings.block_bytes;
+    let len = block_span(it.index, bs, size).1 as u32;
+    let s = cache.store_of(t.map.class, it.index, size);
+    let fetched = bytes.len() as u64;
+    let piece = Span {
+        off: it.from,
+        bytes,
+    };
+    let block = match &it.held {
+        Some(b) => b.merge(piece),
+        None => Block::of(len, piece),
+    };
+    cache
+        .pick(s)
+        .1
+        .origin_bytes
+        .fetch_add(fetched, Ordering::Relaxed);
+    cache.admit(it.key.clone(), block.clone(), s);
+    let _ = it.tx.send(Some(Ok(block)));
+    cache.inflight.release(&it.key);
+}
+
+pub(crate) fn to_fill_error(e: OriginError) -> FillError {
+    match e {
+        OriginError::Changed | OriginError::NotFound => FillError::Changed,
+        other => FillError::Failed(other.to_string()),
+    }
+}
+
+/// Object bytes `from..to` straight from the origin, not stored (for a read that kept finding
+/// other fills of its block in the way).
+pub(crate) async fn unshared(
+    cache: &BlockCache,
+    origin: &Arc<dyn OriginReader>,
+    t: &Target,
+    store: Store,
+    (from, to): (u64, u64),
+) -> Result<Bytes, FillError> {
+    let mut body = origin
+        .get_range(&t.bucket, &t.key, &t.map.etag, from, to - 1)
+        .await
+        .map_err(to_fill_error)?;
+    let mut buf = bytes::BytesMut::with_capacity((to - from) as usize);
+    while let Some(c) = body.next().await.map_err(to_fill_error)? {
+        buf.extend_from_slice(&c);
+    }
+    if buf.len() as u64 != to - from {
+        return Err(FillError::Failed("origin body ended early".into()));
+    }
+    cache
+        .pick(store)
+        .1
+        .origin_bytes
+        .fetch_add(to - from, Ordering::Relaxed);
+    Ok(buf.freeze())
+}
