@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::{
-    BucketName, ByteStream, ETag, ObjectHead, ObjectKey, OriginError, OriginReader, UpstreamPayload,
+    BucketName, ByteStream, ETag, Fetched, ObjectHead, ObjectKey, OriginError, OriginReader,
+    UpstreamPayload,
 };
 use floe_sigv4::canonical::uri_encode;
 use pingora::connectors::http::Connector;
@@ -106,6 +107,37 @@ impl PingoraOriginReader {
     }
 }
 
+/// The version an answer describes: its ETag, `size`, and the headers a cached answer replays.
+fn object_head(session: &HttpSession, size: Option<u64>) -> Result<ObjectHead, OriginError> {
+    let etag = header(session, "etag").and_then(|e| ETag::parse(&e).ok());
+    let (Some(etag), Some(size)) = (etag, size) else {
+        return Err(OriginError::Transport("answer without ETag or size".into()));
+    };
+    let mut headers: Vec<(String, String)> = REPLAYED
+        .iter()
+        .filter_map(|h| Some(((*h).to_owned(), header(session, h)?)))
+        .collect();
+    if let Some(h) = session.response_header() {
+        for (k, v) in h.headers.iter() {
+            if k.as_str().starts_with("x-amz-meta-") {
+                headers.push((k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()));
+            }
+        }
+    }
+    Ok(ObjectHead {
+        etag,
+        size,
+        headers,
+    })
+}
+
+/// `bytes first-last/size` of a 206 answer.
+fn content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let (span, size) = v.strip_prefix("bytes ")?.split_once('/')?;
+    let (a, b) = span.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?, size.parse().ok()?))
+}
+
 fn header(session: &HttpSession, name: &str) -> Option<String> {
     session
         .response_header()?
@@ -133,34 +165,8 @@ impl OriginReader for PingoraOriginReader {
             304 => Ok(None),
             404 => Err(OriginError::NotFound),
             200 => {
-                let etag = header(&session, "etag").and_then(|e| ETag::parse(&e).ok());
                 let size = header(&session, "content-length").and_then(|l| l.parse().ok());
-                match (etag, size) {
-                    (Some(etag), Some(size)) => {
-                        let mut headers: Vec<(String, String)> = REPLAYED
-                            .iter()
-                            .filter_map(|h| Some(((*h).to_owned(), header(&session, h)?)))
-                            .collect();
-                        if let Some(h) = session.response_header() {
-                            for (k, v) in h.headers.iter() {
-                                if k.as_str().starts_with("x-amz-meta-") {
-                                    headers.push((
-                                        k.as_str().to_owned(),
-                                        v.to_str().unwrap_or("").to_owned(),
-                                    ));
-                                }
-                            }
-                        }
-                        Ok(Some(ObjectHead {
-                            etag,
-                            size,
-                            headers,
-                        }))
-                    }
-                    _ => Err(OriginError::Transport(
-                        "HEAD without ETag or Content-Length".into(),
-                    )),
-                }
+                object_head(&session, size).map(Some)
             }
             s => Err(OriginError::Status(s)),
         };
@@ -168,6 +174,61 @@ impl OriginReader for PingoraOriginReader {
             .release_http_session(session, &peer, IDLE)
             .await;
         result
+    }
+
+    async fn get_current(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        range: Option<&str>,
+    ) -> Result<Fetched, OriginError> {
+        let extra: Vec<(&str, String)> =
+            range.map(|r| ("range", r.to_owned())).into_iter().collect();
+        let (session, peer, permit, status) = self.send(bucket, key, "GET", &extra).await?;
+        let parsed = match status {
+            200 => {
+                let size = header(&session, "content-length").and_then(|l| l.parse().ok());
+                object_head(&session, size).map(|h| {
+                    let last = h.size.saturating_sub(1);
+                    (h, 0, last)
+                })
+            }
+            206 => match header(&session, "content-range")
+                .as_deref()
+                .and_then(content_range)
+            {
+                Some((first, last, size)) if first <= last && last < size => {
+                    object_head(&session, Some(size)).map(|h| (h, first, last))
+                }
+                _ => Err(OriginError::Transport(
+                    "206 without a usable Content-Range".into(),
+                )),
+            },
+            404 => Err(OriginError::NotFound),
+            s => Err(OriginError::Status(s)),
+        };
+        let (head, first, last) = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                self.connector
+                    .release_http_session(session, &peer, IDLE)
+                    .await;
+                return Err(e);
+            }
+        };
+        let expected = if head.size == 0 { 0 } else { last - first + 1 };
+        Ok(Fetched {
+            head,
+            first,
+            last,
+            body: Box::new(RangeBody {
+                session: Some(session),
+                peer,
+                connector: self.connector.clone(),
+                remaining: expected,
+                _permit: permit,
+            }),
+        })
     }
 
     async fn get_range(

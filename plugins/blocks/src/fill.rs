@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::{OriginError, OriginReader};
+use floe_core::{ByteStream, OriginError, OriginReader};
 use tokio::sync::{mpsc, watch};
 
 use crate::block::{Block, Span};
@@ -36,6 +36,7 @@ pub(crate) async fn fill(
     origin: Arc<dyn OriginReader>,
     t: Target,
     run: Vec<RunItem>,
+    body: Option<Box<dyn ByteStream>>,
     mut tap: Option<mpsc::UnboundedSender<Bytes>>,
 ) {
     let bs = cache.settings.block_bytes;
@@ -52,10 +53,15 @@ pub(crate) async fn fill(
             cache.inflight.release(&it.key);
         }
     };
-    let mut body = match origin
-        .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
-        .await
-    {
+    let got = match body {
+        Some(b) => Ok(b),
+        None => {
+            origin
+                .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
+                .await
+        }
+    };
+    let mut body = match got {
         Ok(b) => b,
         Err(e) => return fail(to_fill_error(e), None, &mut items),
     };

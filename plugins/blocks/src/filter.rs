@@ -4,24 +4,21 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::{
-    BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
-    S3ErrorCode, S3Op,
-};
+use floe_core::{FilterCtx, OriginError, OriginReader, RequestFilter, S3Error, S3ErrorCode, S3Op};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::access::Access;
 use crate::cache::BlockCache;
 use crate::classify::Class;
-use crate::inflight::{wait_for, Claim, FillError, SingleFlight};
+use crate::inflight::{FillError, SingleFlight};
 use crate::mapping::{Mapping, MappingTable};
 use crate::range::{blocks_of, resolve, RangeAsk};
 use crate::reader::{BlockReader, Plan, Target};
+use crate::resolve::{Probe, Resolution};
 use crate::tap::{ServeError, Sink};
 
 /// Query parameters and headers that make a read uncacheable here (passed to the origin).
@@ -50,13 +47,13 @@ pub struct BlockFilter {
     pub(crate) origin: Arc<dyn OriginReader>,
     pub(crate) bucket_key: Arc<str>,
     pub(crate) map: Arc<MappingTable>,
-    resolving: Arc<SingleFlight<String, Resolved>>,
+    pub(crate) resolving: Arc<SingleFlight<String, Resolved>>,
     /// Classes the control plane sent (from the catalog); they outrank the path rules.
     pub(crate) pinned: Arc<RwLock<HashMap<Box<str>, Class>>>,
 }
 
 /// The outcome of resolving a key, shared by concurrent requests for it.
-type Resolved = Result<Option<(Arc<Mapping>, bool)>, OriginError>;
+pub(crate) type Resolved = Result<Option<(Arc<Mapping>, bool)>, OriginError>;
 
 impl BlockFilter {
     /// A stage for `bucket` reading misses from `origin`.
@@ -82,80 +79,6 @@ impl BlockFilter {
         self.map.drop_prefix(prefix)
     }
 
-    /// Resolves the current version of `key`: `Ok(None)` means "let the origin answer".
-    pub(crate) async fn resolve(
-        &self,
-        ctx: &FilterCtx,
-    ) -> Result<Option<(Arc<Mapping>, bool)>, OriginError> {
-        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
-            return Ok(None);
-        };
-        let known = self.map.get(key.as_str());
-        if let Some(m) = &known {
-            if m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl {
-                return Ok(Some((m.clone(), true)));
-            }
-        }
-        // Classification (glob matching) only on the slow path; known keys carry their class.
-        let class = self.class_of(key.as_str());
-        // Concurrent cold requests for one key share one HEAD.
-        let name = key.as_str().to_owned();
-        match self.resolving.claim(&name) {
-            Claim::Theirs(rx) => {
-                wait_for(rx, Err(OriginError::Transport("resolve abandoned".into()))).await
-            }
-            Claim::Mine(tx) => {
-                let r = self.resolve_slow(bucket, key, known, class).await;
-                let _ = tx.send(Some(r.clone()));
-                self.resolving.release(&name);
-                r
-            }
-        }
-    }
-
-    async fn resolve_slow(
-        &self,
-        bucket: &BucketName,
-        key: &ObjectKey,
-        known: Option<Arc<Mapping>>,
-        class: crate::classify::Class,
-    ) -> Resolved {
-        let object_key: Arc<str> = key.shared();
-        if known.is_none() && class.immutable {
-            if let Some(m) = self
-                .cache
-                .load_mapping(&self.bucket_key, &object_key, class)
-                .await
-            {
-                let m = Arc::new(m);
-                self.map.put(key.as_str(), m.clone());
-                return Ok(Some((m, true)));
-            }
-        }
-        let fresh = match self
-            .origin
-            .head(bucket, key, known.as_ref().map(|m| &m.etag))
-            .await
-        {
-            Ok(Some(head)) => Mapping::new(head, class),
-            Ok(None) => match &known {
-                Some(m) => Mapping {
-                    checked: Instant::now(),
-                    ..Mapping::clone(m)
-                },
-                None => return Ok(None),
-            },
-            Err(OriginError::NotFound) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let m = Arc::new(fresh);
-        if class.immutable {
-            self.cache.save_mapping(&self.bucket_key, &object_key, &m);
-        }
-        self.map.put(key.as_str(), m.clone());
-        Ok(Some((m, false)))
-    }
-
     async fn serve(&self, session: &mut Session, ctx: &mut FilterCtx) -> Result<bool, S3Error> {
         let req = session.req_header();
         let query = req.uri.query().unwrap_or("");
@@ -178,8 +101,19 @@ impl BlockFilter {
             ctx.cache = Some("pass");
             return Ok(false);
         }
-        let (map, map_hit) = match self.resolve(ctx).await {
-            Ok(Some(m)) => m,
+        // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
+        let probe = match (ctx.op, resolve(range.as_deref(), u64::MAX)) {
+            (S3Op::GetObject, RangeAsk::Whole | RangeAsk::Part { .. }) => {
+                Probe::Get(range.as_deref())
+            }
+            _ => Probe::Head,
+        };
+        let Resolution {
+            map,
+            known: map_hit,
+            adopted,
+        } = match self.resolve(ctx, probe).await {
+            Ok(Some(r)) => r,
             Ok(None) | Err(_) => {
                 ctx.cache = Some("pass");
                 return Ok(false);
@@ -220,6 +154,9 @@ impl BlockFilter {
             (first, last),
             false,
         );
+        if let Some(a) = adopted {
+            reader.attach(a);
+        }
         let body_len = if size == 0 { 0 } else { last - first + 1 };
         let plan = if head || size == 0 {
             Plan::default()

@@ -19,6 +19,7 @@ mod mapping;
 mod ops;
 pub mod range;
 mod reader;
+mod resolve;
 mod sketch;
 mod store;
 mod tap;

@@ -11,6 +11,7 @@ use crate::filter::BlockFilter;
 use crate::mapping::Mapping;
 use crate::range::{block_span, blocks_of};
 use crate::reader::{BlockReader, Target};
+use crate::resolve::Probe;
 use crate::tap::{ServeError, Sink};
 
 /// Which bytes of an object a warm or read covers.
@@ -142,9 +143,10 @@ impl BlockFilter {
         let mut ctx = FilterCtx::new(S3Op::GetObject);
         ctx.bucket = Some(bucket.clone());
         ctx.key = Some(key.clone());
-        self.resolve(&ctx)
+        self.resolve(&ctx, Probe::Head)
             .await
             .map_err(|e| e.to_string())?
+            .map(|r| (r.map, r.known))
             .ok_or_else(|| "no such object".to_owned())
     }
 

@@ -66,6 +66,31 @@ pub fn resolve(header: Option<&str>, size: u64) -> RangeAsk {
     }
 }
 
+/// A `bytes=a-b` or `bytes=a-` Range header widened to whole blocks of `block` bytes (the
+/// origin clamps the end to the object); other forms as they are (their place is unknown
+/// before the size is).
+pub fn align(header: &str, block: u64) -> String {
+    let Some((a, b)) = header
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|s| s.split_once('-'))
+    else {
+        return header.to_owned();
+    };
+    match (a.trim().parse::<u64>(), b.trim()) {
+        (Ok(a), "") => format!("bytes={}-", a / block * block),
+        (Ok(a), b) => match b.parse::<u64>() {
+            Ok(b) if a <= b => format!(
+                "bytes={}-{}",
+                a / block * block,
+                (b / block + 1) * block - 1
+            ),
+            _ => header.to_owned(),
+        },
+        _ => header.to_owned(),
+    }
+}
+
 /// Inclusive block indexes covering bytes `first..=last` with blocks of `block` bytes.
 pub fn blocks_of(first: u64, last: u64, block: u64) -> (u64, u64) {
     (first / block, last / block)
@@ -110,6 +135,15 @@ mod tests {
         assert_eq!(resolve(Some("bytes=5-2"), 10), RangeAsk::Whole);
         assert_eq!(resolve(Some("items=0-1"), 10), RangeAsk::Whole);
         assert_eq!(resolve(Some("bytes=0-1,4-5"), 10), RangeAsk::Multi);
+    }
+
+    #[test]
+    fn align_widens_to_blocks() {
+        assert_eq!(align("bytes=5-12", 10), "bytes=0-19");
+        assert_eq!(align("bytes=10-19", 10), "bytes=10-19");
+        assert_eq!(align("bytes=15-", 10), "bytes=10-");
+        assert_eq!(align("bytes=-5", 10), "bytes=-5");
+        assert_eq!(align("bytes=9-2", 10), "bytes=9-2");
     }
 
     proptest! {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::{BucketName, ObjectKey, OriginReader};
+use floe_core::{BucketName, ByteStream, ObjectKey, OriginReader};
 use tokio::sync::{mpsc, watch};
 
 use crate::block::{Block, MAX_SPANS};
@@ -74,6 +74,93 @@ struct Pending {
     index: u64,
     rx: watch::Receiver<Slot>,
     own: Option<(u32, u32)>,
+}
+
+/// The fill of a resolving GET's body, for the reader of the response that made it.
+pub struct Adopted {
+    first: u64,
+    last: u64,
+    pending: Vec<Pending>,
+    tap: Option<Tap>,
+}
+
+/// Claims the blocks of object bytes `first..=last` and fills them from `body` (the answer to
+/// the GET that resolved the version), tapping it for the response. A block that is cached or
+/// claimed already ends the run: the reader gets the rest the usual way.
+pub(crate) fn adopt(
+    cache: &Arc<BlockCache>,
+    origin: &Arc<dyn OriginReader>,
+    target: Target,
+    (first, last): (u64, u64),
+    body: Box<dyn ByteStream>,
+) -> Adopted {
+    let (bs, size, class) = (
+        cache.settings.block_bytes,
+        target.map.size,
+        target.map.class,
+    );
+    let mut run = Vec::new();
+    for index in first / bs..=last / bs {
+        let (start, len) = block_span(index, bs, size);
+        let key = BlockKey {
+            bucket: target.bucket_key.clone(),
+            key: target.object_key.clone(),
+            etag: target.map.etag_key.clone(),
+            block_bytes: bs as u32,
+            index,
+        };
+        let store = cache.store_of(class, index, size);
+        if cache.contains(&key, store) {
+            break;
+        }
+        let Claim::Mine(tx) = cache.inflight.claim(&key) else {
+            break;
+        };
+        if store == Store::Data {
+            cache.sketch.touch(key.stable_hash());
+        }
+        let from = (first.max(start) - start) as u32;
+        let to = ((last + 1).min(start + len) - start) as u32;
+        run.push(RunItem {
+            index,
+            key,
+            tx,
+            from,
+            to,
+            held: None,
+        });
+    }
+    let pending = run
+        .iter()
+        .map(|it| Pending {
+            index: it.index,
+            rx: it.tx.subscribe(),
+            own: Some((it.from, it.to)),
+        })
+        .collect();
+    let (ttx, trx) = mpsc::unbounded_channel();
+    let end = run
+        .last()
+        .map_or(first, |it| it.index * bs + u64::from(it.to));
+    let tap = run
+        .first()
+        .map(|it| Tap::new(trx, first, end, it.tx.subscribe()));
+    if !run.is_empty() {
+        tokio::spawn(fill(
+            cache.clone(),
+            origin.clone(),
+            target,
+            run,
+            Some(body),
+            Some(ttx),
+        ));
+    }
+    Adopted {
+        first,
+        last,
+        pending,
+        tap,
+    }
 }
 
 /// How a block's bytes come.
@@ -169,6 +256,16 @@ impl BlockReader {
         let mut plan = Plan::default();
         let (b0, b1) = self.block_range();
         for i in b0..=b1 {
+            // Blocks the resolving GET is filling for this response.
+            let own = self
+                .pending
+                .iter()
+                .find(|p| p.index == i)
+                .and_then(|p| p.own);
+            if let Some((from, to)) = own {
+                plan.missing_bytes += u64::from(to - from);
+                continue;
+            }
             let key = self.key(i);
             let store = self.store(i);
             let slot = (i - b0) as usize;
@@ -410,9 +507,18 @@ impl BlockReader {
             self.origin.clone(),
             self.target.clone(),
             run,
+            None,
             Some(ttx),
         ));
         first
+    }
+
+    /// Takes over the fill the resolving GET started, when it covers this response.
+    pub fn attach(&mut self, a: Adopted) {
+        if a.first <= self.first && self.last <= a.last {
+            self.pending.extend(a.pending);
+            self.tap = a.tap;
+        }
     }
 }
 

@@ -3,10 +3,13 @@
 //! one piece's transfer time to every cold read).
 
 use async_trait::async_trait;
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::{mpsc, watch};
 
 use crate::inflight::{self, FillError, Slot};
+
+/// Pieces smaller than this are joined with what is already waiting before a client write.
+const COALESCE: u64 = 256 << 10;
 
 /// Why a response could not be served to the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,11 +91,36 @@ impl Tap {
                 continue;
             }
             let take = (to - self.pos).min(n);
-            let piece = self.head.split_to(take as usize);
+            let mut piece = self.head.split_to(take as usize);
             self.pos += take;
+            if (piece.len() as u64) < COALESCE && self.pos < to {
+                piece = self.coalesce(piece, to);
+            }
             sink.put(piece).await?;
         }
         Ok(())
+    }
+
+    /// Joins the small pieces already waiting in the channel to `piece` (up to `COALESCE`
+    /// bytes, not past `to`): one client write instead of many, and no wait for more.
+    fn coalesce(&mut self, piece: Bytes, to: u64) -> Bytes {
+        let mut buf: Option<BytesMut> = None;
+        while self.pos < to && buf.as_ref().map_or(piece.len(), |b| b.len()) < COALESCE as usize {
+            let Ok(mut c) = self.rx.try_recv() else { break };
+            let take = ((to - self.pos) as usize).min(c.len());
+            let b = buf.get_or_insert_with(|| {
+                let mut b = BytesMut::with_capacity(COALESCE as usize);
+                b.extend_from_slice(&piece);
+                b
+            });
+            b.extend_from_slice(&c.split_to(take));
+            self.pos += take as u64;
+            self.head = c;
+            if !self.head.is_empty() {
+                break;
+            }
+        }
+        buf.map_or(piece, BytesMut::freeze)
     }
 
     async fn ended_early(&mut self) -> ServeError {

@@ -20,5 +20,5 @@ mod types;
 pub use error::{S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::S3Op;
-pub use origin::{ByteStream, ObjectHead, OriginError, OriginReader};
+pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader};
 pub use types::{BucketName, ETag, NameError, ObjectKey, RequestId};

@@ -18,6 +18,19 @@ pub struct ObjectHead {
     pub headers: Vec<(String, String)>,
 }
 
+/// A GET of an object's current version: its headers resolve the version, its body serves
+/// bytes `first..=last` of it.
+pub struct Fetched {
+    /// The version the body belongs to.
+    pub head: ObjectHead,
+    /// First byte of the body.
+    pub first: u64,
+    /// Last byte of the body, inclusive (no body when the object is empty).
+    pub last: u64,
+    /// The body.
+    pub body: Box<dyn ByteStream>,
+}
+
 /// Why an origin read failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OriginError {
@@ -56,6 +69,17 @@ pub trait OriginReader: Send + Sync {
         key: &ObjectKey,
         if_none_match: Option<&ETag>,
     ) -> Result<Option<ObjectHead>, OriginError>;
+
+    /// GET of the current version with the client's Range header (none: the whole object).
+    /// For a key not resolved yet: one round trip resolves the version and brings the bytes,
+    /// where a HEAD would cost a round trip of its own. Fails with `Status(416)` for an
+    /// unsatisfiable range, `NotFound` for a missing key.
+    async fn get_current(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        range: Option<&str>,
+    ) -> Result<Fetched, OriginError>;
 
     /// Bytes `first..=last` of version `etag`.
     async fn get_range(

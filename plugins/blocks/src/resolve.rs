@@ -1,0 +1,171 @@
+//! Resolving (bucket, key) -> version (ETag, size): the in-memory table, then the persisted
+//! mapping of an immutable object, then the origin. A cold GET resolves with the GET itself
+//! (its answer names the version and its body serves the read: one round trip); a HEAD, or a
+//! rewritable object's expired mapping (revalidated with If-None-Match), asks with a HEAD.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use floe_core::{BucketName, FilterCtx, ObjectKey, OriginError};
+
+use crate::cache::Fill;
+use crate::classify::{Class, Store};
+use crate::filter::{BlockFilter, Resolved};
+use crate::inflight::{wait_for, Claim};
+use crate::mapping::Mapping;
+use crate::range::align;
+use crate::reader::{adopt, Adopted, Target};
+
+/// How a request may resolve a key the cache does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe<'a> {
+    /// With a HEAD.
+    Head,
+    /// With the request's own GET, carrying its Range header (`None`: the whole object).
+    Get(Option<&'a str>),
+}
+
+/// A resolved version, and the fill the resolving GET started (for the resolving request).
+pub(crate) struct Resolution {
+    /// The version.
+    pub map: Arc<Mapping>,
+    /// Known without asking the origin.
+    pub known: bool,
+    /// The resolving GET's body, being stored and tapped for this response.
+    pub adopted: Option<Adopted>,
+}
+
+impl BlockFilter {
+    /// Resolves the current version of the request's key: `Ok(None)` means "let the origin
+    /// answer". Concurrent cold requests for one key share one origin request.
+    pub(crate) async fn resolve(
+        &self,
+        ctx: &FilterCtx,
+        probe: Probe<'_>,
+    ) -> Result<Option<Resolution>, OriginError> {
+        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
+            return Ok(None);
+        };
+        let known = self.map.get(key.as_str());
+        if let Some(m) = &known {
+            if m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl {
+                return Ok(Some(Resolution {
+                    map: m.clone(),
+                    known: true,
+                    adopted: None,
+                }));
+            }
+        }
+        // Classification (glob matching) only on the slow path; known keys carry their class.
+        let class = self.class_of(key.as_str());
+        let name = key.as_str().to_owned();
+        let (r, adopted) = match self.resolving.claim(&name) {
+            Claim::Theirs(rx) => {
+                let abandoned = Err(OriginError::Transport("resolve abandoned".into()));
+                (wait_for(rx, abandoned).await, None)
+            }
+            Claim::Mine(tx) => {
+                let (r, adopted) = self.resolve_slow(bucket, key, known, class, probe).await;
+                let _ = tx.send(Some(r.clone()));
+                self.resolving.release(&name);
+                (r, adopted)
+            }
+        };
+        Ok(r?.map(|(map, known)| Resolution {
+            map,
+            known,
+            adopted,
+        }))
+    }
+
+    async fn resolve_slow(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        known: Option<Arc<Mapping>>,
+        class: Class,
+        probe: Probe<'_>,
+    ) -> (Resolved, Option<Adopted>) {
+        let object_key: Arc<str> = key.shared();
+        if known.is_none() && class.immutable {
+            if let Some(m) = self
+                .cache
+                .load_mapping(&self.bucket_key, &object_key, class)
+                .await
+            {
+                let m = Arc::new(m);
+                self.map.put(key.as_str(), m.clone());
+                return (Ok(Some((m, true))), None);
+            }
+        }
+        if let (None, Probe::Get(range)) = (&known, probe) {
+            return self.resolve_by_get(bucket, key, class, range).await;
+        }
+        let fresh = match self
+            .origin
+            .head(bucket, key, known.as_ref().map(|m| &m.etag))
+            .await
+        {
+            Ok(Some(head)) => Mapping::new(head, class),
+            Ok(None) => match &known {
+                Some(m) => Mapping {
+                    checked: Instant::now(),
+                    ..Mapping::clone(m)
+                },
+                None => return (Ok(None), None),
+            },
+            Err(OriginError::NotFound) => return (Ok(None), None),
+            Err(e) => return (Err(e), None),
+        };
+        (Ok(Some((self.remember(key, fresh), false))), None)
+    }
+
+    /// Resolves with the request's own GET; its body fills the blocks it covers.
+    async fn resolve_by_get(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        class: Class,
+        range: Option<&str>,
+    ) -> (Resolved, Option<Adopted>) {
+        // Whole blocks where whole blocks are what a miss fetches (metadata; `fill: block`).
+        let bs = self.cache.settings.block_bytes;
+        let whole = self.cache.settings.fill == Fill::Block || class.store == Store::Metadata;
+        let aligned = range.filter(|_| whole).map(|r| align(r, bs));
+        let range = aligned.as_deref().or(range);
+        let got = match self.origin.get_current(bucket, key, range).await {
+            Ok(g) => g,
+            // Missing, or a range S3 refuses: the origin answers the client itself.
+            Err(OriginError::NotFound | OriginError::Status(416)) => return (Ok(None), None),
+            Err(e) => return (Err(e), None),
+        };
+        let m = self.remember(key, Mapping::new(got.head, class));
+        let adopted = (m.size > 0).then(|| {
+            let target = Target {
+                bucket: bucket.clone(),
+                key: key.clone(),
+                bucket_key: self.bucket_key.clone(),
+                object_key: key.shared(),
+                map: m.clone(),
+            };
+            adopt(
+                &self.cache,
+                &self.origin,
+                target,
+                (got.first, got.last),
+                got.body,
+            )
+        });
+        (Ok(Some((m, false))), adopted)
+    }
+
+    /// Puts a fresh mapping in the table (and persists it when the object is immutable).
+    fn remember(&self, key: &ObjectKey, m: Mapping) -> Arc<Mapping> {
+        let m = Arc::new(m);
+        if m.class.immutable {
+            self.cache.save_mapping(&self.bucket_key, &key.shared(), &m);
+        }
+        self.map.put(key.as_str(), m.clone());
+        m
+    }
+}
