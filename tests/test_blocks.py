@@ -286,12 +286,13 @@ def test_engines_cold_and_warm_match_direct(cached, minio, parquet_key, tmp_path
 
     for attempt in ("cold", "warm"):
         gets = cached.relay.count("GET")
+        seen = len(cached.relay.lines)
         assert duckdb_query(cached.port, *CLIENT, sql) == ref, attempt
         assert polars_read(cached.port, *CLIENT).equals(pref), attempt
         via = catalog(cached.port, *CLIENT).load_table("cached_ns.events").scan().to_arrow().sort_by("id")
         assert via.equals(iref), attempt
         if attempt == "warm":
-            assert cached.relay.count("GET") == gets, "warm engines went to the origin for data"
+            assert cached.relay.count("GET") == gets, f"warm engines went to the origin: {cached.relay.lines[seen:]}"
 
 
 def test_put_through_floe_is_read_back_into_the_cache(cached):

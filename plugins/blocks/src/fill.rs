@@ -10,10 +10,10 @@ use bytes::Bytes;
 use floe_core::{ByteStream, OriginError, OriginReader};
 use tokio::sync::{mpsc, watch};
 
-use crate::block::{Block, Span};
+use crate::block::{Block, Span, MAX_SPANS};
 use crate::cache::BlockCache;
 use crate::classify::Store;
-use crate::inflight::{FillError, Slot};
+use crate::inflight::{self, Claim, FillError, Slot};
 use crate::range::block_span;
 use crate::reader::Target;
 use crate::store::BlockKey;
@@ -161,4 +161,33 @@ pub(crate) async fn unshared(
         .origin_bytes
         .fetch_add(to - from, Ordering::Relaxed);
     Ok(buf.freeze())
+}
+
+/// Merges a piece fetched beside a fill into its block, under the block's claim (taken once
+/// the fills in flight are done), so concurrent merges never drop each other's spans.
+pub(crate) async fn store_piece(
+    cache: Arc<BlockCache>,
+    key: BlockKey,
+    store: Store,
+    len: u32,
+    piece: Span,
+) {
+    loop {
+        match cache.inflight.claim(&key) {
+            Claim::Theirs(rx) => {
+                let _ = inflight::wait(rx).await;
+            }
+            Claim::Mine(tx) => {
+                let block = match cache.lookup(&key, store).await {
+                    Some(b) if b.spans() >= MAX_SPANS => b,
+                    Some(b) => b.merge(piece),
+                    None => Block::of(len, piece),
+                };
+                cache.admit(key.clone(), block.clone(), store);
+                let _ = tx.send(Some(Ok(block)));
+                cache.inflight.release(&key);
+                return;
+            }
+        }
+    }
 }

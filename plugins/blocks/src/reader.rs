@@ -10,10 +10,10 @@ use bytes::Bytes;
 use floe_core::{BucketName, ByteStream, ObjectKey, OriginReader};
 use tokio::sync::{mpsc, watch};
 
-use crate::block::{Block, MAX_SPANS};
+use crate::block::{Block, Span, MAX_SPANS};
 use crate::cache::{BlockCache, Fill};
 use crate::classify::Store;
-use crate::fill::{fill, unshared, RunItem};
+use crate::fill::{fill, store_piece, unshared, RunItem};
 use crate::inflight::{self, Claim, FillError, Slot};
 use crate::mapping::Mapping;
 use crate::range::block_span;
@@ -24,8 +24,9 @@ use crate::tap::{ServeError, Sink, Tap};
 /// entries are kept and served, so planning costs no extra lookups.
 const PLAN: usize = 8;
 /// Times a read waits on other reads' fills of one block that do not bring its bytes before it
-/// fetches its own bytes unshared.
-const MAX_WAITS: usize = 8;
+/// fetches them itself, beside the fill in flight (parallel readers of different ranges of one
+/// block, DuckDB's column chunks, must not queue behind each other's round trips).
+const MAX_WAITS: usize = 1;
 
 /// Identity of the object a reader serves.
 #[derive(Clone)]
@@ -394,9 +395,14 @@ impl BlockReader {
                     let (t, s) = (&self.target, store);
                     let start = index * self.bs();
                     let range = (start + u64::from(lo), start + u64::from(hi));
-                    return unshared(&self.cache, &self.origin, t, s, range)
-                        .await
-                        .map(Got::Ready);
+                    let bytes = unshared(&self.cache, &self.origin, t, s, range).await?;
+                    let len = self.need(index).0;
+                    let piece = Span {
+                        off: lo,
+                        bytes: bytes.clone(),
+                    };
+                    tokio::spawn(store_piece(self.cache.clone(), key, s, len, piece));
+                    return Ok(Got::Ready(bytes));
                 }
                 Claim::Mine(tx) => {
                     // Another fill may have stored bytes and released its claim since we
