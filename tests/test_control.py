@@ -322,7 +322,10 @@ def test_catalog_classification_outranks_path_rules(stack):
     s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{floe.port}",
                       aws_access_key_id=CLIENT[0], aws_secret_access_key=CLIENT[1],
                       region_name="us-east-1")
-    assert s3.get_object(Bucket=BUCKET, Key="odd/table-file.bin", Range="bytes=0-99")["Body"].read() == body[:100]
+    # Metadata fills whole blocks, and the response ends with its own 100 bytes while the rest of
+    # the block may still be arriving: a second read hits the block or waits for that fill.
+    for _ in range(2):
+        assert s3.get_object(Bucket=BUCKET, Key="odd/table-file.bin", Range="bytes=0-99")["Body"].read() == body[:100]
     after = floe.admin("GET", "/stats")
     assert after["metadata"]["inserted"] == before["metadata"]["inserted"] + 1
     assert after["data"]["inserted"] == before["data"]["inserted"]

@@ -59,7 +59,7 @@ pub struct BlockReader {
     target: Target,
     first: u64,
     last: u64,
-    /// Fill whole blocks whatever `Fill` says (warming).
+    /// Fill whole blocks whatever `Fill` says, and return only once they are stored (warming).
     whole: bool,
     planned: [Option<Block>; PLAN],
     /// Blocks claimed ahead by this reader's runs (with the in-block bytes its own fill
@@ -310,7 +310,9 @@ impl BlockReader {
             if x >= y {
                 continue;
             }
+            // Warms (whole) return once their blocks are stored: they take the finished fill.
             let from_tap = own
+                && !self.whole
                 && self
                     .tap
                     .as_ref()
