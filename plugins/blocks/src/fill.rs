@@ -123,9 +123,14 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64)
         .1
         .origin_bytes
         .fetch_add(fetched, Ordering::Relaxed);
-    cache.admit(it.key.clone(), block.clone(), s);
-    let _ = it.tx.send(Some(Ok(block)));
-    cache.inflight.release(&it.key);
+    settle(cache, &it.key, s, block, &it.tx);
+}
+
+/// Stores a block (subject to admission), hands it to the claim's waiters and ends the claim.
+fn settle(cache: &BlockCache, key: &BlockKey, s: Store, block: Block, tx: &watch::Sender<Slot>) {
+    cache.admit(key.clone(), block.clone(), s);
+    let _ = tx.send(Some(Ok(block)));
+    cache.inflight.release(key);
 }
 
 pub(crate) fn to_fill_error(e: OriginError) -> FillError {
@@ -183,10 +188,7 @@ pub(crate) async fn store_piece(
                     Some(b) => b.merge(piece),
                     None => Block::of(len, piece),
                 };
-                cache.admit(key.clone(), block.clone(), store);
-                let _ = tx.send(Some(Ok(block)));
-                cache.inflight.release(&key);
-                return;
+                return settle(&cache, &key, store, block, &tx);
             }
         }
     }

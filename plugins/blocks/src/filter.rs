@@ -7,7 +7,10 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::{FilterCtx, OriginError, OriginReader, RequestFilter, S3Error, S3ErrorCode, S3Op};
+use floe_core::{
+    BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
+    S3ErrorCode, S3Op,
+};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
@@ -68,6 +71,22 @@ impl BlockFilter {
         }
     }
 
+    /// What a reader of version `map` of `key` serves.
+    pub(crate) fn target(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        map: &Arc<Mapping>,
+    ) -> Target {
+        Target {
+            bucket: bucket.clone(),
+            key: key.clone(),
+            bucket_key: self.bucket_key.clone(),
+            object_key: key.shared(),
+            map: map.clone(),
+        }
+    }
+
     /// Drops the mapping of `key` (memory and persisted).
     pub fn invalidate(&self, key: &str) {
         self.map.drop_key(key);
@@ -102,10 +121,8 @@ impl BlockFilter {
             return Ok(false);
         }
         // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
-        let probe = match (ctx.op, resolve(range.as_deref(), u64::MAX)) {
-            (S3Op::GetObject, RangeAsk::Whole | RangeAsk::Part { .. }) => {
-                Probe::Get(range.as_deref())
-            }
+        let probe = match ctx.op {
+            S3Op::GetObject => Probe::Get(range.as_deref()),
             _ => Probe::Head,
         };
         let Resolution {
@@ -139,13 +156,7 @@ impl BlockFilter {
         let (Some(bucket), Some(key)) = (ctx.bucket.clone(), ctx.key.clone()) else {
             return Ok(false);
         };
-        let target = Target {
-            bucket,
-            key: key.clone(),
-            bucket_key: self.bucket_key.clone(),
-            object_key: key.shared(),
-            map: map.clone(),
-        };
+        let target = self.target(&bucket, &key, &map);
         let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
         let mut reader = BlockReader::new(
             self.cache.clone(),

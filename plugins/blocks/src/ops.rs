@@ -10,7 +10,7 @@ use crate::classify::{Class, Store};
 use crate::filter::BlockFilter;
 use crate::mapping::Mapping;
 use crate::range::{block_span, blocks_of};
-use crate::reader::{BlockReader, Target};
+use crate::reader::BlockReader;
 use crate::resolve::Probe;
 use crate::tap::{ServeError, Sink};
 
@@ -215,13 +215,7 @@ impl BlockFilter {
         out.first = first;
         let bs = self.cache.settings.block_bytes;
         let (b0, b1) = blocks_of(first, last, bs);
-        let target = Target {
-            bucket: bucket.clone(),
-            key: key.clone(),
-            bucket_key: self.bucket_key.clone(),
-            object_key: key.shared(),
-            map: map.clone(),
-        };
+        let target = self.target(bucket, key, &map);
         let mut reader = BlockReader::new(
             self.cache.clone(),
             self.origin.clone(),

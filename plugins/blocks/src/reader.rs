@@ -43,6 +43,19 @@ pub struct Target {
     pub map: Arc<Mapping>,
 }
 
+impl Target {
+    /// The key of block `index` of this version with blocks of `block_bytes`.
+    pub fn block_key(&self, index: u64, block_bytes: u64) -> BlockKey {
+        BlockKey {
+            bucket: self.bucket_key.clone(),
+            key: self.object_key.clone(),
+            etag: self.map.etag_key.clone(),
+            block_bytes: block_bytes as u32,
+            index,
+        }
+    }
+}
+
 /// What a response will cost, from the plan.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -103,13 +116,7 @@ pub(crate) fn adopt(
     let mut run = Vec::new();
     for index in first / bs..=last / bs {
         let (start, len) = block_span(index, bs, size);
-        let key = BlockKey {
-            bucket: target.bucket_key.clone(),
-            key: target.object_key.clone(),
-            etag: target.map.etag_key.clone(),
-            block_bytes: bs as u32,
-            index,
-        };
+        let key = target.block_key(index, bs);
         let store = cache.store_of(class, index, size);
         if cache.contains(&key, store) {
             break;
@@ -204,13 +211,7 @@ impl BlockReader {
     }
 
     fn key(&self, index: u64) -> BlockKey {
-        BlockKey {
-            bucket: self.target.bucket_key.clone(),
-            key: self.target.object_key.clone(),
-            etag: self.target.map.etag_key.clone(),
-            block_bytes: self.bs() as u32,
-            index,
-        }
+        self.target.block_key(index, self.bs())
     }
 
     fn store(&self, index: u64) -> Store {

@@ -13,15 +13,16 @@ use crate::classify::{Class, Store};
 use crate::filter::{BlockFilter, Resolved};
 use crate::inflight::{wait_for, Claim};
 use crate::mapping::Mapping;
-use crate::range::align;
-use crate::reader::{adopt, Adopted, Target};
+use crate::range::{align, resolve as resolve_range, RangeAsk};
+use crate::reader::{adopt, Adopted};
 
 /// How a request may resolve a key the cache does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Probe<'a> {
     /// With a HEAD.
     Head,
-    /// With the request's own GET, carrying its Range header (`None`: the whole object).
+    /// With the request's own GET, carrying its Range header (`None`: the whole object); a
+    /// multi-range or unsatisfiable header falls back to a HEAD.
     Get(Option<&'a str>),
 }
 
@@ -99,7 +100,13 @@ impl BlockFilter {
             }
         }
         if let (None, Probe::Get(range)) = (&known, probe) {
-            return self.resolve_by_get(bucket, key, class, range).await;
+            // Only a single range (or none) can travel as the request's own GET.
+            if matches!(
+                resolve_range(range, u64::MAX),
+                RangeAsk::Whole | RangeAsk::Part { .. }
+            ) {
+                return self.resolve_by_get(bucket, key, class, range).await;
+            }
         }
         let fresh = match self
             .origin
@@ -141,13 +148,7 @@ impl BlockFilter {
         };
         let m = self.remember(key, Mapping::new(got.head, class));
         let adopted = (m.size > 0).then(|| {
-            let target = Target {
-                bucket: bucket.clone(),
-                key: key.clone(),
-                bucket_key: self.bucket_key.clone(),
-                object_key: key.shared(),
-                map: m.clone(),
-            };
+            let target = self.target(bucket, key, &m);
             adopt(
                 &self.cache,
                 &self.origin,
