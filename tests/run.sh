@@ -22,12 +22,22 @@ if [ ! -x "$FLOE_CACHE/bin/minio" ]; then
   GOBIN="$FLOE_CACHE/bin" go install github.com/minio/minio@latest
 fi
 # The Apache Iceberg REST catalog fixture (Java 17 + Maven; jars from Maven Central).
-if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then
-  apt-get install -y maven openjdk-17-jre-headless >/dev/null 2>&1 || {
-    echo "the Iceberg REST catalog fixture needs Java 17 and Maven (apt-get install maven)"; exit 1; }
+# Debian packages the build and the fixtures need, installed when missing (apt-get update first:
+# a new machine has no package lists). A failed install shows apt's own error.
+need=()
+command -v cmake >/dev/null || need+=(cmake)          # pingora's libz-ng-sys build
+command -v mvn >/dev/null || need+=(maven)            # the Iceberg REST catalog fixture
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "installing ${need[*]} (apt-get)"
+  apt_log="$(mktemp)"
+  if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}"; } >"$apt_log" 2>&1; then
+    tail -n 30 "$apt_log"
+    echo "could not install ${need[*]}: install them (apt-get install ${need[*]}) and rerun"
+    exit 1
+  fi
 fi
 export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
-command -v cmake >/dev/null || { echo "cmake is needed to build pingora (apt-get install cmake)"; exit 1; }
 
 cargo build --bin floe-proxy --bin floe-control
 cargo test --workspace
