@@ -21,6 +21,7 @@ ORIGIN_KEY, ORIGIN_SECRET = "floeorigin", "floe-origin-secret-123"
 CLIENT = ("floe-client", "floe-client-secret")
 CLIENT2 = ("second-client", "second-client-secret")
 BUCKET, VERSIONED, PUBLIC = "floe-test", "floe-versioned", "floe-public"
+PUBLIC_RW = "floe-public-rw"  # anonymous callers may read and put, nothing else
 
 
 def free_port():
@@ -86,7 +87,7 @@ def minio(tmp_path_factory):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)  # MinIO answers 503 while initialising
-    for b in (BUCKET, VERSIONED, PUBLIC):
+    for b in (BUCKET, VERSIONED, PUBLIC, PUBLIC_RW):
         direct.create_bucket(Bucket=b)
     direct.put_bucket_versioning(Bucket=VERSIONED, VersioningConfiguration={"Status": "Enabled"})
     yield p
@@ -138,6 +139,9 @@ routes:
   - bucket: {public}
     origin: minio
     anonymous: true
+  - bucket: {public_rw}
+    origin: minio
+    anonymous: {{operations: [GetObject, PutObject]}}
 """
 
 
@@ -145,7 +149,7 @@ def start_floe(tmp, relay_port, **extra_env):
     port, mport = free_port(), free_port()
     conf = tmp / "floe.yaml"
     conf.write_text(FLOE_YAML.format(port=port, mport=mport, relay=relay_port, bucket=BUCKET,
-                                     versioned=VERSIONED, public=PUBLIC, c1=CLIENT[0], s1=CLIENT[1],
+                                     versioned=VERSIONED, public=PUBLIC, public_rw=PUBLIC_RW, c1=CLIENT[0], s1=CLIENT[1],
                                      c2=CLIENT2[0]))
     env = dict(os.environ, FLOE_TEST_ORIGIN_KEY=ORIGIN_KEY, FLOE_TEST_ORIGIN_SECRET=ORIGIN_SECRET,
                FLOE_TEST_CLIENT2_SECRET=CLIENT2[1], **extra_env)

@@ -7,6 +7,7 @@ import random
 import signal
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -164,3 +165,32 @@ def test_admin_warm_purge_and_token(relay, direct, tmp_path, started):
         urllib.request.urlopen(req)
     assert e.value.code == 401
     p.stop()
+
+
+def test_delete_objects_through_floe_survives_restart(relay, direct, tmp_path, started):
+    """DeleteObjects drops exactly the keys it names, in memory and persisted: after a restart a
+    deleted immutable file answers NoSuchKey, and the file it did not name is still a hit."""
+    from conftest import s3_client
+    gone, kept = "del/data/gone & <odd>.parquet", "del/data/kept.parquet"
+    bodies = {gone: os.urandom(MiB + 5), kept: os.urandom(MiB + 9)}
+    for k, v in bodies.items():
+        direct.put_object(Bucket=BUCKET, Key=k, Body=v)
+    cache_dir = tmp_path / "cache"
+    (tmp_path / "a").mkdir()
+    a = started(tmp_path / "a", relay.port, cache_dir)
+    for k, v in bodies.items():
+        assert get(a.port, urllib.parse.quote(k)).data == v
+    wait_flushed(a, "metadata", 2 * MiB)
+    out = s3_client(a.port).delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": gone}]})
+    assert [d["Key"] for d in out["Deleted"]] == [gone]
+    assert get(a.port, urllib.parse.quote(kept)).headers["x-floe-cache"] == "hit"
+    a.stop()
+
+    (tmp_path / "b").mkdir()
+    b = started(tmp_path / "b", relay.port, cache_dir)
+    r = get(b.port, urllib.parse.quote(gone))
+    assert r.status == 404 and b"<Code>NoSuchKey</Code>" in r.data, (r.status, r.headers)
+    before = relay.count("GET")
+    r = get(b.port, urllib.parse.quote(kept))
+    assert r.data == bodies[kept] and r.headers["x-floe-cache"] == "hit"
+    assert relay.count("GET") == before

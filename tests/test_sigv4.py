@@ -15,7 +15,7 @@ import urllib3
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from conftest import BUCKET, CLIENT, PUBLIC, s3_client
+from conftest import BUCKET, CLIENT, PUBLIC, PUBLIC_RW, s3_client
 
 HTTP = urllib3.PoolManager(retries=False)
 
@@ -108,6 +108,37 @@ def test_anonymous_only_where_allowed(floe, relay):
     assert err(HTTP.request("GET", f"http://127.0.0.1:{floe.port}/{BUCKET}/k")) == (403, "AccessDenied")
     r = HTTP.request("GET", f"http://127.0.0.1:{floe.port}/{PUBLIC}/missing")
     assert r.status == 404  # reached the origin (which checks its own policy)
+
+
+def test_anonymous_route_is_read_only(floe, relay, direct):
+    """Floe signs what it forwards with the origin's keys: an unsigned write must never borrow them."""
+    direct.put_object(Bucket=PUBLIC, Key="kept", Body=b"public bytes")
+    base = f"http://127.0.0.1:{floe.port}/{PUBLIC}"
+    before = relay.sent()
+    assert err(HTTP.request("PUT", f"{base}/new", body=b"x")) == (403, "AccessDenied")
+    assert err(HTTP.request("DELETE", f"{base}/kept")) == (403, "AccessDenied")
+    assert err(HTTP.request("POST", f"{base}/new?uploads")) == (403, "AccessDenied")
+    body = b'<Delete><Object><Key>kept</Key></Object></Delete>'
+    assert err(HTTP.request("POST", f"{base}?delete", body=body)) == (403, "AccessDenied")
+    assert relay.sent() == before, "a refused anonymous request reached the origin"
+    assert HTTP.request("GET", f"{base}/kept").data == b"public bytes"
+    assert HTTP.request("HEAD", f"{base}/kept").status == 200
+    assert b"<Key>kept</Key>" in HTTP.request("GET", f"{base}?list-type=2").data
+    assert direct.get_object(Bucket=PUBLIC, Key="kept")["Body"].read() == b"public bytes"
+    with pytest.raises(direct.exceptions.ClientError):
+        direct.head_object(Bucket=PUBLIC, Key="new")
+
+
+def test_anonymous_operations_listed_on_the_route(floe, relay, direct):
+    base = f"http://127.0.0.1:{floe.port}/{PUBLIC_RW}"
+    assert HTTP.request("PUT", f"{base}/drop", body=b"dropped").status == 200
+    assert direct.get_object(Bucket=PUBLIC_RW, Key="drop")["Body"].read() == b"dropped"
+    assert HTTP.request("GET", f"{base}/drop").data == b"dropped"
+    before = relay.sent()
+    assert err(HTTP.request("DELETE", f"{base}/drop")) == (403, "AccessDenied")
+    assert err(HTTP.request("HEAD", f"{base}/drop"))[0] == 403
+    assert relay.sent() == before
+    assert direct.get_object(Bucket=PUBLIC_RW, Key="drop")["Body"].read() == b"dropped"
 
 
 def test_malformed_authorization(url, nothing_reaches_origin):

@@ -303,15 +303,42 @@ pub struct RouteSection {
     pub bucket: String,
     /// Name of an entry under `origins`.
     pub origin: String,
-    /// Allow unsigned requests. Default false.
+    /// Unsigned requests. Default `false` (every request is signed). `true` lets anyone read:
+    /// GetObject, HeadObject, ListObjects and ListObjectsV2 only, because Floe re-signs what it
+    /// forwards with the origin's keys and a write would borrow them. `{operations: [..]}` names
+    /// exactly the operations anonymous callers may use (S3 names, e.g. `PutObject`).
     #[serde(default)]
-    pub anonymous: bool,
+    pub anonymous: AnonymousSection,
     /// Client key pairs accepted on this route.
     #[serde(default)]
     pub clients: Vec<ClientSection>,
     /// Filter stages, in order. Default `[sigv4]`.
     #[serde(default = "default_filters")]
     pub filters: Vec<String>,
+}
+
+/// `anonymous:` on a route: a flag, or the list of operations unsigned requests may use.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum AnonymousSection {
+    /// `true`: read-only; `false`: none.
+    Flag(bool),
+    /// `{operations: [GetObject, ...]}`.
+    Operations(AnonymousOperations),
+}
+
+impl Default for AnonymousSection {
+    fn default() -> Self {
+        Self::Flag(false)
+    }
+}
+
+/// The operations an anonymous caller may use.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnonymousOperations {
+    /// S3 operation names.
+    pub operations: Vec<String>,
 }
 
 /// One client key pair; the secret comes from exactly one of the three fields.

@@ -65,7 +65,7 @@ impl RouteTable {
                 match f {
                     FilterKind::SigV4 => filters.push(Arc::new(SigV4Filter::new(
                         Verifier::new(region, spec.clients.iter().cloned()),
-                        spec.anonymous,
+                        spec.anonymous.clone(),
                     ))),
                     FilterKind::Blocks => {
                         let Some(c) = cache else { continue };
@@ -88,7 +88,7 @@ impl RouteTable {
         Self {
             routes,
             hostnames: hostnames.to_vec(),
-            any_client: SigV4Filter::new(Verifier::new(region, all_keys), false),
+            any_client: SigV4Filter::new(Verifier::new(region, all_keys), Vec::new()),
             blocks,
         }
     }

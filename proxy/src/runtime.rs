@@ -6,10 +6,11 @@ use std::path::Path;
 
 use floe_core::config::ConfigCx as Ctx;
 pub use floe_core::config::ConfigError;
-use floe_core::BucketName;
+use floe_core::{BucketName, S3Op};
 
 use crate::config::{
-    Addressing, BreakerSection, CredentialsSection, FileConfig, FillSection, OriginSection,
+    Addressing, AnonymousSection, BreakerSection, CredentialsSection, FileConfig, FillSection,
+    OriginSection,
 };
 
 /// A listener, validated.
@@ -92,8 +93,8 @@ pub struct RouteSpec {
     pub bucket: BucketName,
     /// Origin name.
     pub origin: String,
-    /// Unsigned requests allowed.
-    pub anonymous: bool,
+    /// Operations unsigned requests may use (empty: none).
+    pub anonymous: Vec<floe_core::S3Op>,
     /// Client key pairs.
     pub clients: Vec<(String, String)>,
     /// Filter stages in order.
@@ -375,7 +376,8 @@ fn routes(
                 "sigv4 must be the first filter: every request is verified before anything else",
             ));
         }
-        if clients.is_empty() && !r.anonymous {
+        let anonymous = anonymous_ops(cx, &key, &r.anonymous)?;
+        if clients.is_empty() && anonymous.is_empty() {
             return Err(cx.err(
                 format!("{key}.clients"),
                 "a route needs at least one client key pair unless anonymous: true",
@@ -384,12 +386,46 @@ fn routes(
         out.push(RouteSpec {
             bucket,
             origin: r.origin.clone(),
-            anonymous: r.anonymous,
+            anonymous,
             clients,
             filters,
         });
     }
     Ok(out)
+}
+
+/// The operations `anonymous:` allows: `true` is read-only, a list names them exactly.
+fn anonymous_ops(
+    cx: &Ctx<'_>,
+    route_key: &str,
+    section: &AnonymousSection,
+) -> Result<Vec<S3Op>, ConfigError> {
+    let names = match section {
+        AnonymousSection::Flag(false) => return Ok(Vec::new()),
+        AnonymousSection::Flag(true) => return Ok(S3Op::ANONYMOUS_READ.to_vec()),
+        AnonymousSection::Operations(o) => &o.operations,
+    };
+    let mut ops = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(op) = S3Op::from_name(name).filter(|op| *op != S3Op::ListBuckets) else {
+            let known: Vec<&str> = S3Op::ALL[1..].iter().map(|op| op.as_str()).collect();
+            return Err(cx.err(
+                format!("{route_key}.anonymous.operations[{i}]"),
+                format!(
+                    "{name:?} is not a bucket or object operation; known: {}",
+                    known.join(", ")
+                ),
+            ));
+        };
+        ops.push(op);
+    }
+    if ops.is_empty() {
+        return Err(cx.err(
+            format!("{route_key}.anonymous.operations"),
+            "list at least one operation, or set anonymous: false",
+        ));
+    }
+    Ok(ops)
 }
 
 fn cache(

@@ -86,6 +86,40 @@ fn bad_values_are_named() {
 }
 
 #[test]
+fn anonymous_is_read_only_unless_operations_are_listed() {
+    use floe_core::S3Op;
+    let route = |anon: &str| {
+        with(&format!(
+            "origins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: abc\n    origin: o\n    anonymous: {anon}\n"
+        ))
+    };
+    let s = parse("t.yaml", &route("true"), &env).unwrap();
+    assert_eq!(s.routes[0].anonymous, S3Op::ANONYMOUS_READ.to_vec());
+    assert!(!s.routes[0].anonymous.contains(&S3Op::PutObject));
+    let s = parse(
+        "t.yaml",
+        &route("{operations: [GetObject, PutObject]}"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(
+        s.routes[0].anonymous,
+        vec![S3Op::GetObject, S3Op::PutObject]
+    );
+    let e = fails(&route("{operations: [GetObject, Putobject]}"));
+    assert_eq!(e.key, "routes[0].anonymous.operations[1]");
+    assert!(
+        e.reason.contains("\"Putobject\"") && e.reason.contains("PutObject"),
+        "{e}"
+    );
+    let e = fails(&route("{operations: []}"));
+    assert_eq!(e.key, "routes[0].anonymous.operations");
+    let e = fails(&route("{operations: [ListBuckets]}"));
+    assert_eq!(e.key, "routes[0].anonymous.operations[0]");
+    assert_eq!(fails(&route("{ops: [GetObject]}")).key, "(yaml)");
+}
+
+#[test]
 fn secrets_from_env_and_credentials() {
     let y = with("origins:\n  o:\n    endpoint: https://s3.example.com\n    credentials:\n      from: env\n      access_key_env: SET\n      secret_key_env: SET\nroutes:\n  - bucket: abc\n    origin: o\n    clients:\n      - access_key: a\n        secret_key_env: SET\n");
     let s = parse("t.yaml", &y, &env).unwrap();

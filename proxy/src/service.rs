@@ -202,13 +202,24 @@ impl ProxyHttp for FloeProxy {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         if let Some((cat, _)) = self.catalog(ctx) {
             return Ok(Box::new(cat.peer()));
         }
         let Some(route) = ctx.route.clone() else {
             return Err(Error::explain(ErrorType::InternalError, "no route"));
         };
+        for filter in &route.filters {
+            match filter.upstream_peer(session, &mut ctx.f).await {
+                Ok(Some(peer)) => return Ok(peer),
+                Ok(None) => {}
+                Err(e) => {
+                    let pe = s3_to_pingora(&e);
+                    ctx.failure = Some(e);
+                    return Err(pe);
+                }
+            }
+        }
         if ctx.tries > 0 {
             // Exponential backoff with jitter between retries: 25, 50, 100 ms ...
             let base = 25u64 << (ctx.tries - 1).min(6);
@@ -265,14 +276,22 @@ impl ProxyHttp for FloeProxy {
         end: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        let Some(stage) = ctx.f.body_stage.as_mut() else {
-            return Ok(());
-        };
-        stage.feed(body, end).map_err(|e| {
-            let pe = s3_to_pingora(&e);
-            ctx.failure = Some(e);
-            pe
-        })?;
+        if let Some(stage) = ctx.f.body_stage.as_mut() {
+            stage.feed(body, end).map_err(|e| {
+                let pe = s3_to_pingora(&e);
+                ctx.failure = Some(e);
+                pe
+            })?;
+        }
+        if let Some(route) = ctx.route.clone() {
+            for filter in &route.filters {
+                if let Err(e) = filter.request_body_filter(body, end, &mut ctx.f).await {
+                    let pe = s3_to_pingora(&e);
+                    ctx.failure = Some(e);
+                    return Err(pe);
+                }
+            }
+        }
         // A stage that emits its last bytes early leaves an empty final piece. Pingora skips empty
         // pieces mid-body (and reads `None` there as the end), but writes an empty *final* piece
         // as a zero-length chunk, i.e. a terminator, before finishing the body with another one;
@@ -340,8 +359,15 @@ impl ProxyHttp for FloeProxy {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(route) = &ctx.route {
+        if let Some(route) = ctx.route.clone() {
             route.origin.breaker.success();
+            for filter in &route.filters {
+                if let Err(e) = filter.upstream_response_filter(resp, &mut ctx.f) {
+                    let pe = s3_to_pingora(&e);
+                    ctx.failure = Some(e);
+                    return Err(pe);
+                }
+            }
         }
         resp.insert_header("x-floe-request-id", ctx.f.request_id.to_string())?;
         resp.insert_header("x-floe-cache", "pass")?;
@@ -353,10 +379,19 @@ impl ProxyHttp for FloeProxy {
         &self,
         _session: &mut Session,
         body: &mut Option<Bytes>,
-        _end: bool,
+        end: bool,
         ctx: &mut Ctx,
     ) -> Result<Option<Duration>> {
         ctx.origin_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
+        if let Some(route) = &ctx.route {
+            for filter in &route.filters {
+                if let Err(e) = filter.upstream_response_body_filter(body, end, &mut ctx.f) {
+                    let pe = s3_to_pingora(&e);
+                    ctx.failure = Some(e);
+                    return Err(pe);
+                }
+            }
+        }
         Ok(None)
     }
 

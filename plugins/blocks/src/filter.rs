@@ -1,9 +1,8 @@
 //! The `blocks` request filter: serves GetObject/HeadObject of a route from the block cache and
 //! drops mappings on writes.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -11,18 +10,25 @@ use floe_core::{
     BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
     S3ErrorCode, S3Op,
 };
+use lru::LruCache;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::access::Access;
 use crate::cache::BlockCache;
 use crate::classify::Class;
+use crate::delete::DeleteBody;
 use crate::inflight::{FillError, SingleFlight};
 use crate::mapping::{Mapping, MappingTable};
 use crate::range::{blocks_of, resolve, RangeAsk};
 use crate::reader::{BlockReader, Plan, Target};
 use crate::resolve::{Probe, Resolution};
 use crate::tap::{ServeError, Sink};
+
+/// Most keys the control plane can pin per route. Pins cost ~150 bytes each; a table with more
+/// live files than this keeps the least recently used ones on the path rules (which classify
+/// standard Iceberg layouts the same way).
+pub const MAX_PINS: usize = 1 << 18;
 
 /// Query parameters and headers that make a read uncacheable here (passed to the origin).
 const PASS_QUERY: &[&str] = &[
@@ -51,8 +57,10 @@ pub struct BlockFilter {
     pub(crate) bucket_key: Arc<str>,
     pub(crate) map: Arc<MappingTable>,
     pub(crate) resolving: Arc<SingleFlight<String, Resolved>>,
-    /// Classes the control plane sent (from the catalog); they outrank the path rules.
-    pub(crate) pinned: Arc<RwLock<HashMap<Box<str>, Class>>>,
+    /// Classes the control plane sent (from the catalog); they outrank the path rules. At most
+    /// [`MAX_PINS`], least recently used first out (an unpinned key falls back to the rules).
+    pub(crate) pinned: Arc<Mutex<LruCache<Box<str>, Class>>>,
+    pub(crate) max_pins: usize,
 }
 
 /// The outcome of resolving a key, shared by concurrent requests for it.
@@ -67,7 +75,8 @@ impl BlockFilter {
             bucket_key: Arc::from(bucket),
             map: Arc::new(MappingTable::default()),
             resolving: Arc::new(SingleFlight::default()),
-            pinned: Arc::default(),
+            pinned: Arc::new(Mutex::new(LruCache::unbounded())),
+            max_pins: MAX_PINS,
         }
     }
 
@@ -120,75 +129,29 @@ impl BlockFilter {
             ctx.cache = Some("pass");
             return Ok(false);
         }
-        // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
-        let probe = match ctx.op {
-            S3Op::GetObject => Probe::Get(range.as_deref()),
-            _ => Probe::Head,
-        };
-        let Resolution {
-            map,
-            known: map_hit,
-            adopted,
-        } = match self.resolve(ctx, probe).await {
-            Ok(Some(r)) => r,
-            Ok(None) | Err(_) => {
-                ctx.cache = Some("pass");
-                return Ok(false);
-            }
-        };
-        let size = map.size;
-        let (first, last, status) = match resolve(range.as_deref(), size) {
-            RangeAsk::Multi => {
-                ctx.cache = Some("pass");
-                return Ok(false);
-            }
-            RangeAsk::Unsatisfiable => {
-                return Err(S3Error::new(
-                    S3ErrorCode::InvalidRange,
-                    "The requested range is not satisfiable",
-                ))
-            }
-            RangeAsk::Whole if size == 0 => (0, 0, 200),
-            RangeAsk::Whole => (0, size - 1, 200),
-            RangeAsk::Part { first, last } => (first, last, 206),
-        };
         let head = ctx.op == S3Op::HeadObject;
-        let (Some(bucket), Some(key)) = (ctx.bucket.clone(), ctx.key.clone()) else {
+        let opened = match self.open(ctx, range.as_deref(), head).await? {
+            Some(o) => o,
+            None => {
+                ctx.cache = Some("pass");
+                return Ok(false);
+            }
+        };
+        let Opened {
+            map,
+            status,
+            first,
+            last,
+            mut reader,
+            label,
+            missing,
+        } = opened;
+        let Some(key) = ctx.key.clone() else {
             return Ok(false);
         };
-        let target = self.target(&bucket, &key, &map);
-        let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
-        let mut reader = BlockReader::new(
-            self.cache.clone(),
-            self.origin.clone(),
-            target,
-            (first, last),
-            false,
-        );
-        if let Some(a) = adopted {
-            reader.attach(a);
-        }
-        let body_len = if size == 0 { 0 } else { last - first + 1 };
-        let plan = if head || size == 0 {
-            Plan::default()
-        } else {
-            reader.plan().await
-        };
-        let (missing, cached) = (plan.missing_bytes, plan.cached);
+        let body_len = if map.size == 0 { 0 } else { last - first + 1 };
         // Counted while this response waits on the origin (released when serve returns).
         let _miss = (missing > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
-        let label = match (head || size == 0, missing, cached) {
-            (true, _, _) => {
-                if map_hit {
-                    "hit"
-                } else {
-                    "miss"
-                }
-            }
-            (false, 0, _) => "hit",
-            (false, _, 0) => "miss",
-            _ => "partial",
-        };
         ctx.cache = Some(label);
         let resp = response_header(&map, status, first, last, body_len, label, missing, ctx)?;
         session
@@ -198,18 +161,8 @@ impl BlockFilter {
         if head || body_len == 0 {
             return Ok(true);
         }
-        let mut sink = ClientSink(session);
-        for i in b0..=b1 {
-            if let Err(e) = reader.serve(i, &mut sink).await {
-                if e == ServeError::Fill(FillError::Changed) {
-                    self.map.drop_key(key.as_str());
-                }
-                return Err(S3Error::new(
-                    S3ErrorCode::InternalError,
-                    format!("response ended early: {e:?}"),
-                ));
-            }
-        }
+        self.stream(&mut reader, &key, (first, last), &mut ClientSink(session))
+            .await?;
         session
             .write_response_body(None, true)
             .await
@@ -223,6 +176,140 @@ impl BlockFilter {
             len: body_len,
         });
         Ok(true)
+    }
+}
+
+impl BlockFilter {
+    /// Once the origin answered a DeleteObjects: every named key's mapping (memory and
+    /// persisted) and blocks are purged. A body whose keys could not be read drops every
+    /// in-memory mapping of the route; persisted ones are then revalidated only by a purge.
+    fn after_delete_objects(&self, ctx: &FilterCtx) {
+        let keys = ctx.ext.get::<DeleteBody>().and_then(DeleteBody::keys);
+        let Some(keys) = keys else {
+            let n = self.invalidate_prefix("");
+            tracing::warn!(
+                dropped = n,
+                "DeleteObjects body unreadable: every in-memory mapping of the route dropped"
+            );
+            return;
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            for k in &keys {
+                me.purge_key(k).await;
+            }
+        });
+    }
+}
+
+/// A read the cache will answer: the version, the status and byte range, and the reader that
+/// serves it block by block.
+pub(crate) struct Opened {
+    pub(crate) map: Arc<Mapping>,
+    pub(crate) status: u16,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+    pub(crate) reader: BlockReader,
+    /// `hit`, `miss` or `partial`.
+    pub(crate) label: &'static str,
+    /// Bytes the reader will fetch from the origin.
+    pub(crate) missing: u64,
+}
+
+impl BlockFilter {
+    /// Resolves the request's key and plans the read of `range` (the Range header): `Ok(None)`
+    /// when the origin should answer instead (unknown key, multi-range, origin trouble).
+    pub(crate) async fn open(
+        &self,
+        ctx: &FilterCtx,
+        range: Option<&str>,
+        head: bool,
+    ) -> Result<Option<Opened>, S3Error> {
+        // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
+        let probe = if head { Probe::Head } else { Probe::Get(range) };
+        let Ok(Some(Resolution {
+            map,
+            known,
+            adopted,
+        })) = self.resolve(ctx, probe).await
+        else {
+            return Ok(None);
+        };
+        let size = map.size;
+        let (first, last, status) = match resolve(range, size) {
+            RangeAsk::Multi => return Ok(None),
+            RangeAsk::Unsatisfiable => {
+                return Err(S3Error::new(
+                    S3ErrorCode::InvalidRange,
+                    "The requested range is not satisfiable",
+                ))
+            }
+            RangeAsk::Whole if size == 0 => (0, 0, 200),
+            RangeAsk::Whole => (0, size - 1, 200),
+            RangeAsk::Part { first, last } => (first, last, 206),
+        };
+        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
+            return Ok(None);
+        };
+        let target = self.target(bucket, key, &map);
+        let mut reader = BlockReader::new(
+            self.cache.clone(),
+            self.origin.clone(),
+            target,
+            (first, last),
+            false,
+        );
+        if let Some(a) = adopted {
+            reader.attach(a);
+        }
+        let plan = if head || size == 0 {
+            Plan::default()
+        } else {
+            reader.plan().await
+        };
+        let label = match (head || size == 0, plan.missing_bytes, plan.cached) {
+            (true, _, _) if known => "hit",
+            (true, _, _) => "miss",
+            (false, 0, _) => "hit",
+            (false, _, 0) => "miss",
+            _ => "partial",
+        };
+        Ok(Some(Opened {
+            map,
+            status,
+            first,
+            last,
+            reader,
+            label,
+            missing: plan.missing_bytes,
+        }))
+    }
+}
+
+impl BlockFilter {
+    /// Serves bytes `first..=last` through `reader` into `sink`. A version that changed under
+    /// the read drops its mapping (the next read re-resolves); the error means the response
+    /// must be cut short, never completed.
+    pub(crate) async fn stream(
+        &self,
+        reader: &mut BlockReader,
+        key: &ObjectKey,
+        (first, last): (u64, u64),
+        sink: &mut dyn Sink,
+    ) -> Result<(), S3Error> {
+        let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
+        for i in b0..=b1 {
+            if let Err(e) = reader.serve(i, sink).await {
+                if e == ServeError::Fill(FillError::Changed) {
+                    self.map.drop_key(key.as_str());
+                }
+                return Err(S3Error::new(
+                    S3ErrorCode::InternalError,
+                    format!("response ended early: {e:?}"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -319,11 +406,36 @@ impl RequestFilter for BlockFilter {
                 Ok(false)
             }
             S3Op::DeleteObjects => {
-                self.invalidate_prefix("");
+                // The keys are in the body: collected as it streams to the origin.
+                ctx.ext.insert(DeleteBody::default());
                 Ok(false)
             }
             _ => Ok(false),
         }
+    }
+
+    async fn request_body_filter(
+        &self,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        let Some(collected) = ctx.ext.get_mut::<DeleteBody>() else {
+            return Ok(());
+        };
+        if let Some(piece) = body {
+            collected.push(piece);
+        }
+        if end_of_stream {
+            // Dropped before the origin answers, and again (with their blocks) once it has.
+            match collected.keys() {
+                Some(keys) => keys.iter().for_each(|k| self.invalidate(k)),
+                None => {
+                    self.invalidate_prefix("");
+                }
+            }
+        }
+        Ok(())
     }
 
     fn logging(&self, ctx: &FilterCtx, status: u16) {
@@ -336,6 +448,9 @@ impl RequestFilter for BlockFilter {
             if let Some(k) = &ctx.key {
                 self.invalidate(k.as_str());
             }
+        }
+        if ctx.op == S3Op::DeleteObjects {
+            self.after_delete_objects(ctx);
         }
         // A completed write of a cacheable object is read back into the cache under the ETag
         // the origin now reports (a re-read, not a tee of the upload: see write_through_cap).

@@ -12,6 +12,7 @@ pub mod access;
 pub mod block;
 mod cache;
 pub mod classify;
+pub mod delete;
 mod fill;
 mod filter;
 mod inflight;

@@ -2,12 +2,12 @@
 //! one shard. Immutable mappings are also written to the metadata store so they survive a
 //! restart.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use floe_core::{ETag, ObjectHead};
+use lru::LruCache;
 
 use crate::classify::Class;
 
@@ -90,9 +90,10 @@ impl Mapping {
     }
 }
 
-/// The sharded table.
+/// The sharded table; each shard evicts its least recently used mapping when full, so a hot
+/// key survives any number of one-off keys.
 pub struct MappingTable {
-    shards: Vec<Mutex<HashMap<String, Arc<Mapping>>>>,
+    shards: Vec<Mutex<LruCache<String, Arc<Mapping>>>>,
     hasher: RandomState,
     per_shard: usize,
 }
@@ -108,40 +109,40 @@ impl MappingTable {
     pub fn with_capacity(max: usize) -> Self {
         Self {
             per_shard: (max / SHARDS).max(1),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            // Unbounded in the crate's sense (no preallocation of `max` slots); bounded by `put`.
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(LruCache::unbounded()))
+                .collect(),
             hasher: RandomState::new(),
         }
     }
 }
 
 impl MappingTable {
-    fn shard(&self, key: &str) -> &Mutex<HashMap<String, Arc<Mapping>>> {
+    fn shard(&self, key: &str) -> &Mutex<LruCache<String, Arc<Mapping>>> {
         let i = (self.hasher.hash_one(key) as usize) % SHARDS;
         &self.shards[i]
     }
 
-    /// The mapping of `key`, if known.
+    /// The mapping of `key`, if known (and now its shard's most recently used).
     pub fn get(&self, key: &str) -> Option<Arc<Mapping>> {
         self.shard(key).lock().ok()?.get(key).cloned()
     }
 
-    /// Records a mapping.
+    /// Records a mapping, evicting the shard's least recently used one when full.
     pub fn put(&self, key: &str, m: Arc<Mapping>) {
         if let Ok(mut s) = self.shard(key).lock() {
-            if s.len() >= self.per_shard && !s.contains_key(key) {
-                // Bounded: drop an arbitrary entry (HashMap order is randomly seeded).
-                if let Some(victim) = s.keys().next().cloned() {
-                    s.remove(&victim);
-                }
+            s.put(key.to_owned(), m);
+            while s.len() > self.per_shard {
+                s.pop_lru();
             }
-            s.insert(key.to_owned(), m);
         }
     }
 
     /// Drops a key's mapping.
     pub fn drop_key(&self, key: &str) {
         if let Ok(mut s) = self.shard(key).lock() {
-            s.remove(key);
+            s.pop(key);
         }
     }
 
@@ -150,7 +151,12 @@ impl MappingTable {
         let mut out = Vec::new();
         for s in &self.shards {
             if let Ok(s) = s.lock() {
-                out.extend(s.keys().filter(|k| k.starts_with(prefix)).cloned());
+                out.extend(
+                    s.iter()
+                        .map(|(k, _)| k)
+                        .filter(|k| k.starts_with(prefix))
+                        .cloned(),
+                );
             }
         }
         out
@@ -161,9 +167,16 @@ impl MappingTable {
         let mut n = 0;
         for s in &self.shards {
             if let Ok(mut s) = s.lock() {
-                let before = s.len();
-                s.retain(|k, _| !k.starts_with(prefix));
-                n += before - s.len();
+                let doomed: Vec<String> = s
+                    .iter()
+                    .map(|(k, _)| k)
+                    .filter(|k| k.starts_with(prefix))
+                    .cloned()
+                    .collect();
+                for k in &doomed {
+                    s.pop(k);
+                }
+                n += doomed.len();
             }
         }
         n
@@ -226,5 +239,36 @@ mod bound_tests {
         }
         assert!(t.keys_with_prefix("k").len() <= 64);
         assert!(t.get("k9999").is_some(), "the newest entry is kept");
+    }
+
+    #[test]
+    fn a_hot_key_survives_a_flood_of_one_off_keys() {
+        let class = Class {
+            store: Store::Data,
+            immutable: true,
+            parquet: false,
+        };
+        let m = |size| {
+            let etag = ETag::parse("\"e\"").unwrap();
+            Arc::new(Mapping::new(
+                ObjectHead {
+                    etag,
+                    size,
+                    headers: vec![],
+                },
+                class,
+            ))
+        };
+        // Two per shard: with arbitrary eviction the hot key went within a few hundred puts.
+        let t = MappingTable::with_capacity(64);
+        t.put("hot", m(1));
+        for i in 0..20_000 {
+            t.put(&format!("cold{i}"), m(i));
+            assert!(
+                t.get("hot").is_some(),
+                "hot key evicted after {i} one-off keys"
+            );
+        }
+        assert!(t.keys_with_prefix("").len() <= 64);
     }
 }

@@ -54,7 +54,7 @@ pub struct ReadOut {
 impl BlockFilter {
     /// The class of `key`: the control plane's pinned class if any, else the path rules.
     pub(crate) fn class_of(&self, key: &str) -> Class {
-        if let Ok(p) = self.pinned.read() {
+        if let Ok(mut p) = self.pinned.lock() {
             if let Some(c) = p.get(key) {
                 return *c;
             }
@@ -66,7 +66,7 @@ impl BlockFilter {
     /// manifest lists, manifests and stats; Data for data and delete files. Drops any mapping
     /// resolved under another class. Returns how many keys are pinned now.
     pub fn pin(&self, keys: &[String], store: Store) -> usize {
-        let Ok(mut p) = self.pinned.write() else {
+        let Ok(mut p) = self.pinned.lock() else {
             return 0;
         };
         for k in keys {
@@ -75,8 +75,11 @@ impl BlockFilter {
                 immutable: true,
                 parquet: k.ends_with(".parquet"),
             };
-            if p.insert(Box::from(k.as_str()), class) != Some(class) {
+            if p.put(Box::from(k.as_str()), class) != Some(class) {
                 self.map.drop_key(k);
+            }
+            while p.len() > self.max_pins {
+                p.pop_lru();
             }
         }
         p.len()
@@ -86,15 +89,23 @@ impl BlockFilter {
     /// Blocks still being written to disk when the purge starts could land after the first
     /// removal, so it waits for the disk tier's pending writes and removes again.
     pub async fn purge_key(&self, key: &str) -> u64 {
-        let known = self.map.get(key);
+        let known = match self.map.get(key) {
+            Some(m) => Some(m),
+            // Not in memory (e.g. after a restart): the persisted mapping names the version.
+            None => self
+                .cache
+                .load_mapping(&self.bucket_key, &Arc::from(key), self.class_of(key))
+                .await
+                .map(Arc::new),
+        };
         let removed = match &known {
             Some(m) => self
                 .cache
                 .remove_blocks(&self.bucket_key, &Arc::from(key), m),
             None => 0,
         };
-        if let Ok(mut p) = self.pinned.write() {
-            p.remove(key);
+        if let Ok(mut p) = self.pinned.lock() {
+            p.pop(key);
         }
         self.invalidate(key);
         if let Some(m) = &known {

@@ -188,7 +188,13 @@ async fn build(
         })
         .storage()
         .with_io_engine_config(PsyncIoEngineConfig::new())
-        .with_engine_config(BlockEngineConfig::new(device.build()?).with_block_size(REGION_BYTES))
+        // Removals (purges, deletes, replaced mappings) are logged as tombstones, so a removed
+        // entry does not come back when the disk tier is recovered after a restart.
+        .with_engine_config(
+            BlockEngineConfig::new(device.build()?)
+                .with_block_size(REGION_BYTES)
+                .with_tombstone_log(true),
+        )
         .with_recover_mode(RecoverMode::Quiet)
         .build()
         .await

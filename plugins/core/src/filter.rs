@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
+use pingora::upstreams::peer::HttpPeer;
 
 use crate::{BucketName, ObjectKey, RequestId, S3Error, S3Op};
 
@@ -62,6 +64,9 @@ pub struct FilterCtx {
     pub cache: Option<&'static str>,
     /// Origin bytes spent by filter stages that answered themselves.
     pub origin_bytes: u64,
+    /// Per-request state of the stages, one value per type (a stage keys it by a type of its
+    /// own). Empty, and allocation-free, for stages that keep none.
+    pub ext: http::Extensions,
 }
 
 impl FilterCtx {
@@ -78,28 +83,83 @@ impl FilterCtx {
             body_preread: false,
             cache: None,
             origin_bytes: 0,
+            ext: http::Extensions::new(),
         }
     }
 }
 
-/// One filter stage.
+/// One filter stage, built once from a route's config and shared by every request on it.
 ///
-/// Contract: `request_filter` runs after routing, before anything reaches the origin.
-/// `Ok(false)` passes the request on to the next stage; `Ok(true)` means this stage wrote the
-/// whole response and the chain stops; `Err` is answered to the client as an S3 XML error and
-/// the origin is never contacted. Stages must not block the async thread.
+/// The proxy runs a route's stages in the order the route lists them, hook by hook, the way
+/// Pingora runs a `ProxyHttp`'s phases. Every hook but [`RequestFilter::name`] has a no-op
+/// default, so a stage implements only the phases it cares about. Per-request state a stage
+/// needs between hooks goes in [`FilterCtx::ext`] under a type of its own.
+///
+/// Contract: hooks must not block the async thread (CPU-heavy work goes to a blocking pool).
+/// An `Err` from a hook that runs before the response started is answered to the client as an
+/// S3 XML error; after that, the connection is dropped so a client never takes a short body
+/// for a whole one.
 #[async_trait]
 pub trait RequestFilter: Send + Sync {
     /// The stage's name, as routes list it in YAML.
     fn name(&self) -> &'static str;
 
-    /// Inspects the request; see the trait contract.
+    /// Runs after routing, before anything reaches the origin. `Ok(false)` passes the request
+    /// on to the next stage; `Ok(true)` means this stage wrote the whole response and the chain
+    /// stops (the origin is never contacted); `Err` is answered as an S3 error. A stage that
+    /// consumes the request body itself (write-back staging a PUT) reads it here with
+    /// `session.read_request_body()` and answers `Ok(true)`.
     async fn request_filter(
         &self,
-        session: &mut Session,
-        ctx: &mut FilterCtx,
-    ) -> Result<bool, S3Error>;
+        _session: &mut Session,
+        _ctx: &mut FilterCtx,
+    ) -> Result<bool, S3Error> {
+        Ok(false)
+    }
 
-    /// Called once the response is done, to record metrics.
+    /// Runs when every stage passed the request on and it is about to go upstream (again on
+    /// each retry). `Some(peer)` sends it to that peer instead of the route's origin; the first
+    /// stage that answers `Some` wins. The fleet sends a block fetch to the owning node here.
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut FilterCtx,
+    ) -> Result<Option<Box<HttpPeer>>, S3Error> {
+        Ok(None)
+    }
+
+    /// Runs for every piece of the request body as it streams upstream, in order, and once
+    /// with `end_of_stream == true`. May rewrite `body`. An `Err` aborts the upstream request
+    /// before these bytes are forwarded.
+    async fn request_body_filter(
+        &self,
+        _body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        _ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        Ok(())
+    }
+
+    /// Runs when the upstream's response header arrives, before it is sent to the client.
+    fn upstream_response_filter(
+        &self,
+        _resp: &mut ResponseHeader,
+        _ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        Ok(())
+    }
+
+    /// Runs for every piece of the upstream's response body before it is sent to the client.
+    fn upstream_response_body_filter(
+        &self,
+        _body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        _ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        Ok(())
+    }
+
+    /// Runs once the response is done (answered by a stage, proxied, or failed), with the
+    /// status sent (0 when none could be). Record metrics here.
     fn logging(&self, _ctx: &FilterCtx, _status: u16) {}
 }

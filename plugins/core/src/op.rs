@@ -30,6 +30,44 @@ pub enum S3Op {
 }
 
 impl S3Op {
+    /// Every operation Floe carries (not [`S3Op::Unsupported`]), for config validation.
+    pub const ALL: [S3Op; 20] = [
+        S3Op::ListBuckets,
+        S3Op::HeadBucket,
+        S3Op::GetBucketLocation,
+        S3Op::ListObjects,
+        S3Op::ListObjectsV2,
+        S3Op::ListObjectVersions,
+        S3Op::ListMultipartUploads,
+        S3Op::DeleteObjects,
+        S3Op::GetObject,
+        S3Op::HeadObject,
+        S3Op::GetObjectAttributes,
+        S3Op::PutObject,
+        S3Op::CopyObject,
+        S3Op::DeleteObject,
+        S3Op::CreateMultipartUpload,
+        S3Op::UploadPart,
+        S3Op::UploadPartCopy,
+        S3Op::CompleteMultipartUpload,
+        S3Op::AbortMultipartUpload,
+        S3Op::ListParts,
+    ];
+
+    /// What an anonymous (unsigned) request may do on a route that does not list operations:
+    /// read objects and list them, never write, delete or start uploads.
+    pub const ANONYMOUS_READ: [S3Op; 4] = [
+        S3Op::GetObject,
+        S3Op::HeadObject,
+        S3Op::ListObjects,
+        S3Op::ListObjectsV2,
+    ];
+
+    /// The operation named `name` as S3 spells it (`GetObject`), if Floe carries it.
+    pub fn from_name(name: &str) -> Option<S3Op> {
+        Self::ALL.into_iter().find(|op| op.as_str() == name)
+    }
+
     /// Classifies a request. `query` is the raw query string; `has_key` says whether the
     /// path names an object; `copy_source` whether x-amz-copy-source is present.
     pub fn classify(
@@ -219,5 +257,14 @@ mod tests {
         );
         assert_eq!(c("PUT", true, true, "tagging", false), Unsupported);
         assert!(GetObject.is_idempotent() && !PutObject.is_idempotent());
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for op in S3Op::ALL {
+            assert_eq!(S3Op::from_name(op.as_str()), Some(op));
+        }
+        assert_eq!(S3Op::from_name("Unsupported"), None);
+        assert_eq!(S3Op::from_name("getobject"), None);
     }
 }

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use bytes::BytesMut;
-use floe_core::{BodyStage, FilterCtx, RequestFilter, S3Error, S3ErrorCode, UpstreamPayload};
+use floe_core::{BodyStage, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op, UpstreamPayload};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
@@ -19,12 +19,14 @@ const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495
 /// Verifies SigV4 on a route.
 pub struct SigV4Filter {
     verifier: Verifier,
-    anonymous: bool,
+    anonymous: Vec<S3Op>,
 }
 
 impl SigV4Filter {
-    /// A filter with `verifier`; `anonymous` lets unsigned requests through.
-    pub fn new(verifier: Verifier, anonymous: bool) -> Self {
+    /// A filter with `verifier`; unsigned requests may use the `anonymous` operations only
+    /// (empty: every request must be signed). Floe signs what it forwards with the origin's
+    /// keys, so whatever is listed here is done with the origin's authority.
+    pub fn new(verifier: Verifier, anonymous: Vec<S3Op>) -> Self {
         Self {
             verifier,
             anonymous,
@@ -146,7 +148,7 @@ impl RequestFilter for SigV4Filter {
             headers: &req.headers,
         };
         let Some(verified) = self.verifier.verify(&parts, now)? else {
-            if self.anonymous {
+            if self.anonymous.contains(&ctx.op) {
                 return Ok(false);
             }
             return Err(S3Error::new(S3ErrorCode::AccessDenied, "Access Denied"));
