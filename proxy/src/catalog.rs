@@ -6,9 +6,7 @@
 //! control plane purges a namespace when it sees a commit made elsewhere. The catalog stays the
 //! system of record: entries also expire after `ttl`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use floe_core::config::{ConfigCx, ConfigError};
 use pingora::cache::eviction::simple_lru;
@@ -21,6 +19,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use sha2::{Digest, Sha256};
 
+use crate::catalog_index::{ScopeIndex, MAX_INDEXED};
 use crate::config::CatalogSection;
 use crate::runtime::RouteSpec;
 
@@ -100,8 +99,8 @@ pub struct CatalogRoute {
     storage: &'static MemCache,
     eviction: &'static simple_lru::Manager,
     lock: &'static CacheKeyLockImpl,
-    /// Cached keys by scope, so a namespace's answers can be purged.
-    index: Mutex<HashMap<String, HashSet<CompactCacheKey>>>,
+    /// Cached keys by scope, so a namespace's answers can be purged (bounded).
+    index: ScopeIndex<CompactCacheKey>,
 }
 
 impl CatalogRoute {
@@ -116,8 +115,8 @@ impl CatalogRoute {
             storage: Box::leak(Box::new(MemCache::new())),
             eviction,
             lock,
+            index: ScopeIndex::new(MAX_INDEXED, spec.ttl),
             spec,
-            index: Mutex::default(),
         }
     }
 
@@ -189,10 +188,8 @@ impl CatalogRoute {
         if resp.status.as_u16() != 200 {
             return RespCacheable::Uncacheable(NoCacheReason::OriginNotCache);
         }
-        if let Ok(mut idx) = self.index.lock() {
-            idx.entry(scope.to_owned())
-                .or_default()
-                .insert(key.to_compact());
+        if !self.index.insert(scope, key.to_compact(), Instant::now()) {
+            return RespCacheable::Uncacheable(NoCacheReason::Custom("catalog index full"));
         }
         let now = SystemTime::now();
         RespCacheable::Cacheable(CacheMeta::new(now + self.spec.ttl, now, 0, 0, resp.clone()))
@@ -201,10 +198,7 @@ impl CatalogRoute {
     /// Drops every cached answer of `scope` (a dotted namespace; "" for config and lists).
     /// Returns how many entries were purged.
     pub async fn purge(&self, scope: &str) -> usize {
-        let keys = match self.index.lock() {
-            Ok(mut idx) => idx.remove(scope).unwrap_or_default(),
-            Err(_) => return 0,
-        };
+        let keys = self.index.take(scope);
         let span = Span::inactive().handle();
         let mut n = 0;
         for k in &keys {
@@ -223,11 +217,7 @@ impl CatalogRoute {
     /// mutation without a namespace (multi-table commit, rename) clears everything.
     pub async fn after_mutation(&self, scope: &str) -> usize {
         if scope.is_empty() {
-            let scopes: Vec<String> = self
-                .index
-                .lock()
-                .map(|i| i.keys().cloned().collect())
-                .unwrap_or_default();
+            let scopes = self.index.scopes();
             let mut n = 0;
             for s in scopes {
                 n += self.purge(&s).await;

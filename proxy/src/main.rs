@@ -5,6 +5,7 @@
 
 mod admin;
 mod catalog;
+mod catalog_index;
 mod config;
 mod embedded;
 mod metrics;
