@@ -171,7 +171,7 @@ def test_delete_objects_through_floe_survives_restart(relay, direct, tmp_path, s
     """DeleteObjects drops exactly the keys it names, in memory and persisted: after a restart a
     deleted immutable file answers NoSuchKey, and the file it did not name is still a hit."""
     from conftest import s3_client
-    gone, kept = "del/data/gone & <odd>.parquet", "del/data/kept.parquet"
+    gone, kept = "delobjs/data/gone & <odd>.parquet", "delobjs/data/kept.parquet"
     bodies = {gone: os.urandom(MiB + 5), kept: os.urandom(MiB + 9)}
     for k, v in bodies.items():
         direct.put_object(Bucket=BUCKET, Key=k, Body=v)

@@ -276,6 +276,7 @@ impl ProxyHttp for FloeProxy {
         end: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        let staged = ctx.f.body_stage.is_some();
         if let Some(stage) = ctx.f.body_stage.as_mut() {
             stage.feed(body, end).map_err(|e| {
                 let pe = s3_to_pingora(&e);
@@ -297,7 +298,7 @@ impl ProxyHttp for FloeProxy {
         // as a zero-length chunk, i.e. a terminator, before finishing the body with another one;
         // the origin then reads the stray `0\r\n\r\n` as the next request (400). So the end
         // goes out as `None`.
-        if end && body.as_ref().is_some_and(Bytes::is_empty) {
+        if staged && end && body.as_ref().is_some_and(Bytes::is_empty) {
             *body = None;
         }
         Ok(())

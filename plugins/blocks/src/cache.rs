@@ -11,6 +11,7 @@ use crate::block::Block;
 use crate::classify::{Class, Classifier, Rule, Store};
 use crate::inflight::Inflight;
 use crate::mapping::Mapping;
+use crate::placement::{OneNode, RunSplit};
 use crate::range::block_span;
 use crate::sketch::Sketch;
 use crate::store::{self, BlockKey, BlockStore, StoreEvents, StoreSettings};
@@ -85,12 +86,22 @@ pub struct BlockCache {
     pub foreground_misses: AtomicU64,
     pub(crate) sketch: Sketch,
     pub(crate) inflight: Inflight,
+    /// Which adjacent blocks one origin GET may fetch together.
+    pub(crate) run_split: Arc<dyn RunSplit>,
     classifier: Classifier,
 }
 
 impl BlockCache {
-    /// Opens both stores (recovering their disk tiers).
+    /// Opens both stores (recovering their disk tiers), on one node.
     pub async fn open(settings: CacheSettings) -> Result<Arc<Self>, String> {
+        Self::open_with(settings, Arc::new(OneNode)).await
+    }
+
+    /// Opens both stores with a placement that decides which blocks share a fill.
+    pub async fn open_with(
+        settings: CacheSettings,
+        run_split: Arc<dyn RunSplit>,
+    ) -> Result<Arc<Self>, String> {
         let classifier = Classifier::new(settings.rules.clone())?;
         let data_stats = StoreStats::default();
         let meta_stats = StoreStats::default();
@@ -124,6 +135,7 @@ impl BlockCache {
             foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
             inflight: Inflight::default(),
+            run_split,
             classifier,
         }))
     }

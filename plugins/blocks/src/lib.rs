@@ -9,6 +9,7 @@
 //! ```
 
 pub mod access;
+mod adopt;
 pub mod block;
 mod cache;
 pub mod classify;
@@ -18,17 +19,23 @@ mod filter;
 mod inflight;
 mod mapping;
 mod ops;
+pub mod placement;
 pub mod range;
 mod reader;
 mod resolve;
 mod sketch;
 mod store;
 mod tap;
+mod target;
+#[cfg(test)]
+mod testbed;
 
 pub use access::{Access, AccessLog};
 pub use cache::{BlockCache, CacheSettings, Fill, StoreStats};
 pub use classify::{Class, Store};
 pub use filter::BlockFilter;
 pub use ops::{ReadOut, ReadSpan};
+pub use placement::{OneNode, RunSplit};
 pub use store::{BlockStore, StoreSettings, REGION_BYTES};
 pub use tap::{ServeError, Sink};
+pub use target::Target;

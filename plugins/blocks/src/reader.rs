@@ -7,18 +7,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::{BucketName, ByteStream, ObjectKey, OriginReader};
+use floe_core::OriginReader;
 use tokio::sync::{mpsc, watch};
 
+pub(crate) use crate::adopt::{adopt, Adopted, Pending};
 use crate::block::{Block, Span, MAX_SPANS};
 use crate::cache::{BlockCache, Fill};
 use crate::classify::Store;
 use crate::fill::{fill, store_piece, unshared, RunItem};
 use crate::inflight::{self, Claim, FillError, Slot};
-use crate::mapping::Mapping;
 use crate::range::block_span;
 use crate::store::BlockKey;
 use crate::tap::{ServeError, Sink, Tap};
+pub use crate::target::Target;
 
 /// Blocks a response looks up before it starts (to label it hit/miss/partial exactly); the
 /// entries are kept and served, so planning costs no extra lookups.
@@ -27,34 +28,6 @@ const PLAN: usize = 8;
 /// fetches them itself, beside the fill in flight (parallel readers of different ranges of one
 /// block, DuckDB's column chunks, must not queue behind each other's round trips).
 const MAX_WAITS: usize = 1;
-
-/// Identity of the object a reader serves.
-#[derive(Clone)]
-pub struct Target {
-    /// Bucket (validated).
-    pub bucket: BucketName,
-    /// Key (validated).
-    pub key: ObjectKey,
-    /// Shared bucket text for block keys.
-    pub bucket_key: Arc<str>,
-    /// Shared key text for block keys.
-    pub object_key: Arc<str>,
-    /// The resolved version.
-    pub map: Arc<Mapping>,
-}
-
-impl Target {
-    /// The key of block `index` of this version with blocks of `block_bytes`.
-    pub fn block_key(&self, index: u64, block_bytes: u64) -> BlockKey {
-        BlockKey {
-            bucket: self.bucket_key.clone(),
-            key: self.object_key.clone(),
-            etag: self.map.etag_key.clone(),
-            block_bytes: block_bytes as u32,
-            index,
-        }
-    }
-}
 
 /// What a response will cost, from the plan.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,95 +53,6 @@ pub struct BlockReader {
     pending: VecDeque<Pending>,
     /// The body of the last fill this reader started.
     tap: Option<Tap>,
-}
-
-/// A block claimed ahead: by this reader's run (`own`: the in-block bytes fetched) or by
-/// another read's fill met while claiming.
-struct Pending {
-    index: u64,
-    rx: watch::Receiver<Slot>,
-    own: Option<(u32, u32)>,
-}
-
-/// The fill of a resolving GET's body, for the reader of the response that made it.
-pub struct Adopted {
-    first: u64,
-    last: u64,
-    pending: Vec<Pending>,
-    tap: Option<Tap>,
-}
-
-/// Claims the blocks of object bytes `first..=last` and fills them from `body` (the answer to
-/// the GET that resolved the version), tapping it for the response. A block that is cached or
-/// claimed already ends the run: the reader gets the rest the usual way.
-pub(crate) fn adopt(
-    cache: &Arc<BlockCache>,
-    origin: &Arc<dyn OriginReader>,
-    target: Target,
-    (first, last): (u64, u64),
-    body: Box<dyn ByteStream>,
-) -> Adopted {
-    let (bs, size, class) = (
-        cache.settings.block_bytes,
-        target.map.size,
-        target.map.class,
-    );
-    let mut run = Vec::new();
-    for index in first / bs..=last / bs {
-        let (start, len) = block_span(index, bs, size);
-        let key = target.block_key(index, bs);
-        let store = cache.store_of(class, index, size);
-        if cache.contains(&key, store) {
-            break;
-        }
-        let Claim::Mine(tx) = cache.inflight.claim(&key) else {
-            break;
-        };
-        if store == Store::Data {
-            cache.sketch.touch(key.stable_hash());
-        }
-        let from = (first.max(start) - start) as u32;
-        let to = ((last + 1).min(start + len) - start) as u32;
-        run.push(RunItem {
-            index,
-            key,
-            tx,
-            from,
-            to,
-            held: None,
-        });
-    }
-    let pending = run
-        .iter()
-        .map(|it| Pending {
-            index: it.index,
-            rx: it.tx.subscribe(),
-            own: Some((it.from, it.to)),
-        })
-        .collect();
-    let (ttx, trx) = mpsc::unbounded_channel();
-    let end = run
-        .last()
-        .map_or(first, |it| it.index * bs + u64::from(it.to));
-    let tap = run
-        .first()
-        .map(|it| Tap::new(trx, first, end, it.tx.subscribe()));
-    if !run.is_empty() {
-        tokio::spawn(fill(
-            cache.clone(),
-            origin.clone(),
-            target,
-            run,
-            Some(body),
-            Some(ttx),
-        ));
-    }
-    Adopted {
-        first,
-        last,
-        pending,
-        tap,
-    }
 }
 
 /// How a block's bytes come.
@@ -237,10 +121,14 @@ impl BlockReader {
         let Some(b) = held else {
             return Some(if whole { (0, len) } else { (lo, hi) });
         };
+        if self.whole {
+            return b.missing(0, len);
+        }
+        // Everything a client read needs is here (a block at MAX_SPANS too): nothing to fetch.
+        let (a, z) = b.missing(lo, hi)?;
         if whole {
             return b.missing(0, len);
         }
-        let (a, z) = b.missing(lo, hi)?;
         // A read that starts where a cached span ends is sequential: read the block ahead.
         if a == lo && b.span_ends_at(lo) {
             return b.missing(a, len).or(Some((a, z)));
@@ -380,11 +268,19 @@ impl BlockReader {
         }
         stats.misses.fetch_add(1, Ordering::Relaxed);
         let mut waits = 0;
+        let mut failed_over = false;
         loop {
             if let Some(rx) = wait.take() {
-                let b = inflight::wait(rx).await?;
-                if let Some(bytes) = b.slice(lo, hi) {
-                    return Ok(Got::Ready(bytes));
+                match inflight::wait(rx).await {
+                    Ok(b) => {
+                        if let Some(bytes) = b.slice(lo, hi) {
+                            return Ok(Got::Ready(bytes));
+                        }
+                    }
+                    // Another read's fill died (its origin GET failed or was cut): this read
+                    // claims the block and fetches it itself, once, rather than fail with it.
+                    Err(FillError::Failed(_)) if !failed_over => failed_over = true,
+                    Err(e) => return Err(e),
                 }
             }
             match self.cache.inflight.claim(&key) {
@@ -458,7 +354,9 @@ impl BlockReader {
         for j in index + 1..=last {
             let kj = self.key(j);
             let sj = self.store(j);
-            if self.cache.contains(&kj, sj) {
+            if !self.cache.run_split.together(&self.target, j - 1, j)
+                || self.cache.contains(&kj, sj)
+            {
                 break;
             }
             if sj == Store::Data {
