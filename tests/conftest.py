@@ -200,9 +200,11 @@ ADMIN_TOKEN = "floe-test-admin-token"
 
 
 def start_cached_floe(tmp, relay_port, cache_dir, data=(64 << 20, 256 << 20), meta=(32 << 20, 64 << 20),
-                      extra_cache=""):
-    """A floe-proxy whose route has [sigv4, blocks], with an admin API (p.admin(method, path))."""
+                      extra_cache="", admin_tls=None):
+    """A floe-proxy whose route has [sigv4, blocks], with an admin API (p.admin(method, path));
+    `admin_tls=(ca, cert, key)` serves the admin API over TLS."""
     port, aport = free_port(), free_port()
+    tls = f"\n  tls: {{cert: {admin_tls[1]}, key: {admin_tls[2]}}}" if admin_tls else ""
     cache = f"""
 cache:
   dir: {cache_dir}
@@ -212,7 +214,7 @@ cache:
 {extra_cache}
 admin:
   address: 127.0.0.1:{aport}
-  token: {ADMIN_TOKEN}
+  token: {ADMIN_TOKEN}{tls}
 """
     p = start_custom_floe(tmp, relay_port, port, f"""  listeners: [{{address: "127.0.0.1:{port}"}}]
   grace_period_seconds: 1""", cache=cache, filters="[sigv4, blocks]")
@@ -220,10 +222,13 @@ admin:
 
     def admin(method, path):
         import json
+        import ssl
         import urllib.request
-        req = urllib.request.Request(f"http://127.0.0.1:{aport}{path}", method=method,
+        scheme = "https" if admin_tls else "http"
+        ctx = ssl.create_default_context(cafile=str(admin_tls[0])) if admin_tls else None
+        req = urllib.request.Request(f"{scheme}://127.0.0.1:{aport}{path}", method=method,
                                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-        with urllib.request.urlopen(req) as r:
+        with urllib.request.urlopen(req, context=ctx) as r:
             return json.loads(r.read())
     p.admin = admin
     p.admin_port = aport

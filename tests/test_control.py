@@ -53,7 +53,7 @@ def iceberg(rest_port, s3_port, key, secret, path=""):
 
 
 CONTROL_YAML = """
-catalog: {{uri: "http://127.0.0.1:{rest}", poll_interval_ms: 200{catalog_extra}}}
+catalog: {{uri: "{scheme}://127.0.0.1:{rest}", poll_interval_ms: 200{catalog_extra}}}
 follow: [{{namespace: {ns}}}]
 nodes: [{nodes}]
 prefetch: {{enabled: {prefetch}, purge_after_ms: 1000}}
@@ -65,13 +65,13 @@ status_address: "127.0.0.1:{status}"
 
 class Control:
     def __init__(self, tmp, rest_port, admin_port, prefetch=True, extra="", catalog_extra="",
-                 env=None):
+                 env=None, scheme="http"):
         self.env = env or {}
         self.tmp, self.port = tmp, free_port()
         self.conf = tmp / "control.yaml"
         ports = admin_port if isinstance(admin_port, list) else [admin_port]
-        nodes = ", ".join(f'{{admin: "http://127.0.0.1:{p}", token: {ADMIN_TOKEN}}}' for p in ports)
-        self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, nodes=nodes,
+        nodes = ", ".join(f'{{admin: "{scheme}://127.0.0.1:{p}", token: {ADMIN_TOKEN}}}' for p in ports)
+        self.conf.write_text(CONTROL_YAML.format(rest=rest_port, ns=NS, nodes=nodes, scheme=scheme,
                                                  heat=tmp / "heat.json",
                                                  status=self.port,
                                                  prefetch=str(prefetch).lower(), extra=extra,
@@ -503,3 +503,38 @@ def test_catalog_outage_does_not_disturb_reads(stack, relay):
     assert e.value.code == 503
     assert json.loads(e.value.read())["error"]["type"] == "ServiceUnavailableException"
     stack["rest"] = start_rest(stack["tmp"], relay.upstream[1], stack["rest_port"])
+
+
+def test_https_catalog_and_nodes_with_a_private_ca(stack, relay, tmp_path):
+    """floe-control follows a catalog and warms nodes over https, trusting a private CA given by
+    tls.ca_file; without it the same catalog is refused (the certificate is not trusted)."""
+    from tls_relay import TlsRelay, make_ca
+    ca, cert, key = make_ca(tmp_path)
+    front = TlsRelay(stack["rest_port"], cert, key)
+    (tmp_path / "floe").mkdir()
+    floe = start_cached_floe(tmp_path / "floe", relay.port, tmp_path / "cache",
+                             admin_tls=(ca, cert, key))
+    assert "data" in floe.admin("GET", "/stats")  # the admin API answers over TLS
+    (tmp_path / "ctl").mkdir()
+    ctl = Control(tmp_path / "ctl", front.port, floe.admin_port, scheme="https",
+                  extra=f"tls: {{ca_file: {ca}}}")
+    t = stack["writer"].create_table(f"{NS}.tls_events", schema=batch(0, 1).schema)
+    t.append(batch(0, 50))
+    try:
+        snap = t.current_snapshot().snapshot_id
+        warm = ctl.wait_warm(f"{NS}.tls_events", snap)
+        assert warm["warm"]["bytes"] > 0, warm
+        assert front.handshakes > 0
+        assert floe.admin("GET", "/stats")["metadata"]["inserted"] > 0
+    finally:
+        ctl.stop()
+        floe.stop()
+    (tmp_path / "untrusting").mkdir()
+    bare = Control(tmp_path / "untrusting", front.port, stack["floe"].admin_port, scheme="https")
+    try:
+        doc = bare.wait(lambda d: d["workers"]["watcher"].get("last_error"), "a TLS refusal")
+        assert "certificate" in doc["workers"]["watcher"]["last_error"][1].lower(), doc["workers"]
+        assert f"{NS}.tls_events" not in doc["tables"]
+    finally:
+        bare.stop()
+        front.close()

@@ -30,6 +30,19 @@ pub struct FileConfig {
     /// The status endpoint `floe-control status` reads. Default 127.0.0.1:9102.
     #[serde(default = "default_status")]
     pub status_address: String,
+    /// TLS trust for https catalog and node URLs. Default: the Mozilla root set (webpki-roots)
+    /// only, so public CAs work with no setting.
+    #[serde(default)]
+    pub tls: Option<TlsSection>,
+}
+
+/// Extra trust for https URLs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// PEM file of CA certificates trusted besides the default roots (a private CA, or a
+    /// self-signed catalog or node certificate).
+    pub ca_file: PathBuf,
 }
 
 /// The catalog: REST URI, optional warehouse, and auth (a bearer token or OAuth2 client
@@ -258,6 +271,8 @@ pub struct Settings {
     pub heat: HeatSection,
     /// Status listener.
     pub status_address: std::net::SocketAddr,
+    /// PEM of extra trusted CAs (validated), if any.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 /// Reads and validates a config file.

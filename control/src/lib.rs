@@ -20,6 +20,7 @@ pub mod config;
 pub mod expiry;
 pub mod footer;
 pub mod heat;
+pub mod http;
 pub mod mapper;
 pub mod node;
 pub mod prefetch;

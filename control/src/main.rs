@@ -35,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(file: PathBuf) -> anyhow::Result<()> {
     let settings = floe_control::config::load(&file)?;
+    floe_control::http::install(floe_control::http::build(settings.ca_pem.as_deref())?);
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut term =

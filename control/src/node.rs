@@ -88,7 +88,7 @@ impl NodeClient {
     pub fn new(node: Node) -> Self {
         Self {
             node,
-            http: reqwest::Client::new(),
+            http: crate::http::shared(),
         }
     }
 
@@ -115,7 +115,7 @@ impl NodeClient {
             .bearer_auth(&self.node.token)
             .send()
             .await
-            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))?;
+            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), crate::http::chain(&e)))?;
         let status = resp.status().as_u16();
         if status != 200 {
             let body = resp.text().await.unwrap_or_default();
@@ -157,7 +157,7 @@ impl NodeClient {
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))?;
+            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), crate::http::chain(&e)))?;
         Ok(Read { bytes, first, size })
     }
 
@@ -238,7 +238,7 @@ impl NodeClient {
         let resp = self.send(req).await?;
         resp.json()
             .await
-            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), e.to_string()))
+            .map_err(|e| NodeError::Unreachable(self.node.admin.clone(), crate::http::chain(&e)))
     }
 }
 

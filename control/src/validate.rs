@@ -102,7 +102,18 @@ pub fn parse(
         .status_address
         .parse()
         .map_err(|e| cx.err("status_address", format!("{:?}: {e}", c.status_address)))?;
+    let ca_pem = match &c.tls {
+        None => None,
+        Some(t) => {
+            let pem = std::fs::read(&t.ca_file)
+                .map_err(|e| cx.err("tls.ca_file", format!("{}: {e}", t.ca_file.display())))?;
+            crate::http::trust(&pem)
+                .map_err(|e| cx.err("tls.ca_file", format!("{}: {e}", t.ca_file.display())))?;
+            Some(pem)
+        }
+    };
     Ok(Settings {
+        ca_pem,
         catalog_props: props,
         poll: Duration::from_millis(c.catalog.poll_interval_ms),
         follow,
@@ -125,6 +136,22 @@ nodes: [ { admin: 'http://127.0.0.1:9101', token: t } ]
 
     fn parse(text: &str) -> Result<Settings, ConfigError> {
         super::parse("f.yaml", text, &|v| (v == "SET").then(|| "s".to_owned()))
+    }
+
+    #[test]
+    fn a_ca_file_must_hold_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.pem");
+        let e = parse(&format!("{GOOD}tls: {{ca_file: {}}}\n", missing.display())).unwrap_err();
+        assert_eq!(e.key, "tls.ca_file");
+        assert!(e.reason.contains("none.pem"), "{e}");
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let e = parse(&format!("{GOOD}tls: {{ca_file: {}}}\n", junk.display())).unwrap_err();
+        assert_eq!(e.key, "tls.ca_file");
+        assert!(parse(GOOD).unwrap().ca_pem.is_none());
+        let e = parse(&format!("{GOOD}tls: {{cafile: x}}\n")).unwrap_err();
+        assert_eq!(e.key, "(yaml)");
     }
 
     #[test]

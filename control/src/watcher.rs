@@ -22,6 +22,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub async fn catalog(ctl: &Control) -> Result<RestCatalog, String> {
     let node = ctl.settings.nodes.first().ok_or("no nodes")?;
     RestCatalogBuilder::default()
+        .with_client(crate::http::shared())
         .with_storage_factory(Arc::new(FloeStorageFactory::new(node)))
         .load("floe", ctl.settings.catalog_props.iter().cloned().collect())
         .await
@@ -112,7 +113,7 @@ pub async fn run(ctl: Arc<Control>, h: Handle, tx: mpsc::Sender<Commit>, mut sto
         let result = match &cat {
             Some(c) => poll(&ctl, c, &mut seen, &tx)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| crate::http::chain(&e)),
             None => Err("no catalog client".into()),
         };
         let wait = match result {

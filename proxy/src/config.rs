@@ -71,6 +71,10 @@ pub struct AdminSection {
     /// Environment variable holding the token.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// Serve the admin API over TLS with this certificate and key. Default none (plain HTTP:
+    /// bind it to a private interface).
+    #[serde(default)]
+    pub tls: Option<TlsSection>,
 }
 
 /// The block cache (shared by every route that lists `blocks`).

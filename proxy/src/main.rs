@@ -167,12 +167,18 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         }
         tracing::info!(address = %l.address, tls = l.tls.is_some(), "listening");
     }
-    if let Some((addr, token)) = &settings.admin {
-        let app = admin::AdminApp::new(token.clone(), cache.clone(), table_blocks, catalog);
+    if let Some(spec) = &settings.admin {
+        let app = admin::AdminApp::new(spec.token.clone(), cache.clone(), table_blocks, catalog);
         let mut a = Service::new("floe-admin".to_owned(), app);
-        a.add_tcp(addr);
+        let addr = &spec.address;
+        match &spec.tls {
+            None => a.add_tcp(addr),
+            Some((cert, key)) => a
+                .add_tls(addr, cert, key)
+                .with_context(|| format!("admin TLS listener {addr}: cert {cert}, key {key}"))?,
+        }
         server.add_service(a);
-        tracing::info!(address = %addr, "admin API listening");
+        tracing::info!(address = %addr, tls = spec.tls.is_some(), "admin API listening");
     }
     server.add_service(proxy);
     if let Some(addr) = &s.metrics_address {

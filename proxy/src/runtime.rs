@@ -101,6 +101,17 @@ pub struct RouteSpec {
     pub filters: Vec<FilterKind>,
 }
 
+/// The admin listener, validated.
+#[derive(Debug, Clone)]
+pub struct AdminSpec {
+    /// Bind address.
+    pub address: String,
+    /// Bearer token.
+    pub token: String,
+    /// (cert, key) paths for TLS.
+    pub tls: Option<(String, String)>,
+}
+
 /// A whole validated config.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -112,8 +123,8 @@ pub struct Settings {
     pub routes: Vec<RouteSpec>,
     /// The block cache, when configured.
     pub cache: Option<floe_blocks::CacheSettings>,
-    /// Admin listener address and token.
-    pub admin: Option<(String, String)>,
+    /// The admin listener, when configured.
+    pub admin: Option<AdminSpec>,
     /// The catalog route, when configured.
     pub catalog: Option<crate::catalog::CatalogSpec>,
 }
@@ -167,7 +178,11 @@ pub fn parse(
                 (None, Some(v)) => cx.secret_env("admin.token_env", v)?,
                 _ => return Err(cx.err("admin", "set exactly one of token, token_env")),
             };
-            Some((a.address.clone(), token))
+            Some(AdminSpec {
+                address: a.address.clone(),
+                token,
+                tls: a.tls.as_ref().map(|t| (t.cert.clone(), t.key.clone())),
+            })
         }
     };
     let catalog = match &raw.catalog {
