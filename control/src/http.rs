@@ -53,21 +53,7 @@ pub fn shared() -> reqwest::Client {
         .clone()
 }
 
-/// An error with its causes, outermost first ("error sending request: ...: invalid peer
-/// certificate: UnknownIssuer"), so an operator sees why, not only what.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = s.source();
-    }
-    out
-}
+pub use floe_core::chain;
 
 #[cfg(test)]
 mod tests {

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use floe_blocks::{BlockCache, BlockFilter, ReadSpan, Store, StoreStats};
+use floe_blocks::{BlockCache, BlockFilter, OpError, ReadSpan, Store, StoreStats};
 use floe_core::{BucketName, ObjectKey};
 use floe_sigv4::canonical::decode;
 
@@ -135,7 +135,7 @@ impl AdminApp {
         };
         match filter.warm(&b, &k, span, store).await {
             Ok(bytes) => (200, json!({"bytes": bytes})),
-            Err(e) => (502, json!({"error": e})),
+            Err(e) => (op_status(&e), json!({"error": e.to_string()})),
         }
     }
 
@@ -168,8 +168,7 @@ impl AdminApp {
                 }
                 resp
             }
-            Err(e) if e.contains("no such object") => reply(404, json!({"error": e})),
-            Err(e) => reply(502, json!({"error": e})),
+            Err(e) => reply(op_status(&e), json!({"error": e.to_string()})),
         }
     }
 
@@ -239,6 +238,16 @@ const MAX_CLASSIFY_BODY: usize = 16 << 20;
 type Target = (BucketName, ObjectKey, ReadSpan, Option<Store>);
 
 /// Parses the bucket, key, span (`range=FIRST-LAST` or `suffix=N`) and store of a request.
+/// The admin status of a failed cache operation: 404 for a missing object, else 502 (the
+/// origin or a fill failed behind the cache).
+fn op_status(e: &OpError) -> u16 {
+    match e {
+        OpError::NotFound => 404,
+        OpError::OverCap(_) => 413,
+        OpError::Origin(_) | OpError::Serve(_) => 502,
+    }
+}
+
 fn target(bucket: &str, key: &str, q: &HashMap<String, String>) -> Result<Target, String> {
     let (Ok(b), Ok(k)) = (BucketName::parse(bucket), ObjectKey::parse(key)) else {
         return Err("invalid bucket or key".into());

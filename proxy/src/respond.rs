@@ -30,6 +30,9 @@ pub async fn error(
     resp.insert_header("content-type", "application/xml")?;
     resp.insert_header("content-length", body.len().to_string())?;
     resp.insert_header("x-amz-request-id", id.to_string())?;
+    for (name, value) in &err.headers {
+        resp.insert_header(*name, value.as_str())?;
+    }
     session.write_response_header(Box::new(resp), head).await?;
     if !head {
         session

@@ -532,7 +532,7 @@ impl ProxyHttp for FloeProxy {
             ms = finished.elapsed.as_secs_f64() * 1000.0,
             access_key = ctx.f.access_key.as_deref().unwrap_or("-"),
             cache = ctx.f.cache.unwrap_or("-"),
-            error = e.map(|e| e.to_string()).or_else(|| ctx.failure.as_ref().map(|f| f.to_string())),
+            error = e.map(|e| e.to_string()).or_else(|| ctx.failure.as_ref().map(|f| floe_core::chain(f))),
             "request"
         );
     }

@@ -238,12 +238,7 @@ impl BlockFilter {
         let size = map.size;
         let (first, last, status) = match resolve(range, size) {
             RangeAsk::Multi => return Ok(None),
-            RangeAsk::Unsatisfiable => {
-                return Err(S3Error::new(
-                    S3ErrorCode::InvalidRange,
-                    "The requested range is not satisfiable",
-                ))
-            }
+            RangeAsk::Unsatisfiable => return Err(S3Error::invalid_range(size)),
             RangeAsk::Whole if size == 0 => (0, 0, 200),
             RangeAsk::Whole => (0, size - 1, 200),
             RangeAsk::Part { first, last } => (first, last, 206),
@@ -305,8 +300,9 @@ impl BlockFilter {
                 }
                 return Err(S3Error::new(
                     S3ErrorCode::InternalError,
-                    format!("response ended early: {e:?}"),
-                ));
+                    "We encountered an internal error. Please try again.",
+                )
+                .caused_by(e));
             }
         }
         Ok(())
@@ -343,7 +339,11 @@ impl Drop for InFlight<'_> {
 }
 
 fn internal(e: Box<pingora::Error>) -> S3Error {
-    S3Error::new(S3ErrorCode::InternalError, e.to_string())
+    S3Error::new(
+        S3ErrorCode::InternalError,
+        "We encountered an internal error. Please try again.",
+    )
+    .caused_by(e)
 }
 
 #[allow(clippy::too_many_arguments)]

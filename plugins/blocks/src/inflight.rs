@@ -14,11 +14,13 @@ use crate::store::BlockKey;
 const SHARDS: usize = 64;
 
 /// Why a fill did not deliver a block.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FillError {
     /// The object changed at the origin (If-Match failed): the mapping is stale.
+    #[error("the object changed at the origin")]
     Changed,
     /// The origin failed.
+    #[error("{0}")]
     Failed(String),
 }
 

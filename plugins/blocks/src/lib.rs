@@ -34,7 +34,7 @@ pub use access::{Access, AccessLog};
 pub use cache::{BlockCache, CacheSettings, Fill, StoreStats};
 pub use classify::{Class, Store};
 pub use filter::BlockFilter;
-pub use ops::{ReadOut, ReadSpan};
+pub use ops::{OpError, ReadOut, ReadSpan};
 pub use placement::{OneNode, RunSplit};
 pub use store::{BlockStore, StoreSettings, REGION_BYTES};
 pub use tap::{ServeError, Sink};

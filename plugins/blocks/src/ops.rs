@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use floe_core::{BucketName, FilterCtx, ObjectKey, S3Op};
+use floe_core::{BucketName, FilterCtx, ObjectKey, OriginError, S3Op};
 
 use crate::classify::{Class, Store};
 use crate::filter::BlockFilter;
@@ -13,6 +13,35 @@ use crate::range::{block_span, blocks_of};
 use crate::reader::BlockReader;
 use crate::resolve::Probe;
 use crate::tap::{ServeError, Sink};
+
+/// Why an admin or control-plane operation on the cache failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    /// The origin has no such object.
+    #[error("no such object")]
+    NotFound,
+    /// The origin failed.
+    #[error("origin: {0}")]
+    Origin(#[from] OriginError),
+    /// The object is larger than the operation allows.
+    #[error("{0} bytes is over the write-through cap")]
+    OverCap(u64),
+    /// Reading through the cache failed part-way.
+    #[error("reading through the cache: {0}")]
+    Serve(#[from] ServeError),
+}
+
+impl From<OpError> for floe_core::S3Error {
+    fn from(e: OpError) -> Self {
+        use floe_core::{S3Error, S3ErrorCode};
+        let code = match &e {
+            OpError::NotFound => S3ErrorCode::NoSuchKey,
+            OpError::OverCap(_) => S3ErrorCode::EntityTooLarge,
+            OpError::Origin(_) | OpError::Serve(_) => S3ErrorCode::ServiceUnavailable,
+        };
+        S3Error::new(code, e.to_string()).caused_by(e)
+    }
+}
 
 /// Which bytes of an object a warm or read covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,10 +165,10 @@ impl BlockFilter {
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, OpError> {
         let (map, _) = self.mapping(bucket, key).await?;
         if map.size > self.write_through_cap() {
-            return Err(format!("{} bytes is over the write-through cap", map.size));
+            return Err(OpError::OverCap(map.size));
         }
         self.cache
             .touch_blocks(&self.bucket_key, &key.shared(), &map);
@@ -150,15 +179,14 @@ impl BlockFilter {
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
-    ) -> Result<(Arc<Mapping>, bool), String> {
+    ) -> Result<(Arc<Mapping>, bool), OpError> {
         let mut ctx = FilterCtx::new(S3Op::GetObject);
         ctx.bucket = Some(bucket.clone());
         ctx.key = Some(key.clone());
         self.resolve(&ctx, Probe::Head)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .map(|r| (r.map, r.known))
-            .ok_or_else(|| "no such object".to_owned())
+            .ok_or(OpError::NotFound)
     }
 
     /// Reads `span` of `key` into the cache, in the store `force` names (metadata or data) or
@@ -169,7 +197,7 @@ impl BlockFilter {
         key: &ObjectKey,
         span: ReadSpan,
         force: Option<Store>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, OpError> {
         self.blocks(bucket, key, span, force, false)
             .await
             .map(|(n, _)| n)
@@ -182,7 +210,7 @@ impl BlockFilter {
         key: &ObjectKey,
         span: ReadSpan,
         force: Option<Store>,
-    ) -> Result<ReadOut, String> {
+    ) -> Result<ReadOut, OpError> {
         self.blocks(bucket, key, span, force, true)
             .await
             .map(|(_, out)| out)
@@ -197,7 +225,7 @@ impl BlockFilter {
         span: ReadSpan,
         force: Option<Store>,
         keep: bool,
-    ) -> Result<(u64, ReadOut), String> {
+    ) -> Result<(u64, ReadOut), OpError> {
         let (mut map, _) = self.mapping(bucket, key).await?;
         if let Some(store) = force {
             if map.class.store != store {
@@ -237,10 +265,7 @@ impl BlockFilter {
         let mut warmed = 0;
         let mut sink = Collect(BytesMut::new(), keep);
         for i in b0..=b1 {
-            reader
-                .serve(i, &mut sink)
-                .await
-                .map_err(|e| format!("{e:?}"))?;
+            reader.serve(i, &mut sink).await?;
             warmed += block_span(i, bs, map.size).1;
         }
         out.bytes = sink.0.freeze();

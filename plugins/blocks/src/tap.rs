@@ -12,11 +12,13 @@ use crate::inflight::{self, FillError, Slot};
 const COALESCE: u64 = 256 << 10;
 
 /// Why a response could not be served to the end.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServeError {
     /// A fill failed (the object changed, or the origin failed).
+    #[error("fill: {0}")]
     Fill(FillError),
     /// The sink (the client connection) refused the bytes.
+    #[error("client: {0}")]
     Sink(String),
 }
 

@@ -22,6 +22,7 @@ pub enum S3ErrorCode {
     MethodNotAllowed,
     MissingContentLength,
     NoSuchBucket,
+    NoSuchKey,
     NotImplemented,
     RequestTimeTooSkewed,
     ServiceUnavailable,
@@ -49,7 +50,7 @@ impl S3ErrorCode {
             InvalidRange => 416,
             MethodNotAllowed => 405,
             MissingContentLength => 411,
-            NoSuchBucket => 404,
+            NoSuchBucket | NoSuchKey => 404,
             NotImplemented => 501,
             InternalError => 500,
             ServiceUnavailable | SlowDown => 503,
@@ -76,6 +77,7 @@ impl S3ErrorCode {
             MethodNotAllowed => "MethodNotAllowed",
             MissingContentLength => "MissingContentLength",
             NoSuchBucket => "NoSuchBucket",
+            NoSuchKey => "NoSuchKey",
             NotImplemented => "NotImplemented",
             RequestTimeTooSkewed => "RequestTimeTooSkewed",
             ServiceUnavailable => "ServiceUnavailable",
@@ -86,14 +88,43 @@ impl S3ErrorCode {
     }
 }
 
-/// An error answered to the client as S3 would: status, code, message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code:?}: {message}")]
+/// The cause behind an [`S3Error`], kept for logs (never shown to the client).
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
+/// An error answered to the client as S3 would: status, code, message, and any headers S3
+/// sends with it (a 416 carries `Content-Range: bytes */SIZE`). The cause, when there is one,
+/// stays in the source chain for logs; the client sees only the code and message.
+#[derive(Debug, Clone)]
 pub struct S3Error {
     /// The S3 error code.
     pub code: S3ErrorCode,
     /// A human-readable message.
     pub message: String,
+    /// Headers sent with the error response.
+    pub headers: Vec<(&'static str, String)>,
+    cause: Option<Cause>,
+}
+
+impl PartialEq for S3Error {
+    fn eq(&self, other: &Self) -> bool {
+        self.code == other.code && self.message == other.message && self.headers == other.headers
+    }
+}
+
+impl Eq for S3Error {}
+
+impl std::fmt::Display for S3Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for S3Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl S3Error {
@@ -102,7 +133,30 @@ impl S3Error {
         Self {
             code,
             message: message.into(),
+            headers: Vec::new(),
+            cause: None,
         }
+    }
+
+    /// S3's 416 for an object of `size` bytes, with the `Content-Range: bytes */SIZE` it sends.
+    pub fn invalid_range(size: u64) -> Self {
+        Self::new(
+            S3ErrorCode::InvalidRange,
+            "The requested range is not satisfiable",
+        )
+        .with_header("content-range", format!("bytes */{size}"))
+    }
+
+    /// This error, sent with one more header.
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// This error, caused by `cause` (kept for logs, not shown to the client).
+    pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(std::sync::Arc::new(cause));
+        self
     }
 
     /// The HTTP status of this error.
@@ -125,6 +179,22 @@ impl S3Error {
         );
         out
     }
+}
+
+/// An error with its causes, outermost first ("error sending request: ...: invalid peer
+/// certificate: UnknownIssuer"), for logs and operator-facing status: why, not only what.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
 }
 
 /// Escapes text for an XML element body.
@@ -154,5 +224,23 @@ mod tests {
         assert!(x.contains("<RequestId>ABC</RequestId>"));
         assert_eq!(S3ErrorCode::InvalidRange.status(), 416);
         assert_eq!(S3ErrorCode::SlowDown.status(), 503);
+    }
+
+    #[test]
+    fn keeps_its_cause_and_headers_but_shows_neither_in_the_body() {
+        use std::error::Error;
+        let io = std::io::Error::other("socket reset by peer 10.0.0.7");
+        let e = S3Error::new(
+            S3ErrorCode::InternalError,
+            "We encountered an internal error.",
+        )
+        .caused_by(io);
+        assert_eq!(
+            e.source().map(|c| c.to_string()).as_deref(),
+            Some("socket reset by peer 10.0.0.7")
+        );
+        assert!(!e.to_xml("/b/k", "1").contains("10.0.0.7"));
+        let r = S3Error::invalid_range(1234);
+        assert_eq!((r.status(), r.headers[0].1.as_str()), (416, "bytes */1234"));
     }
 }

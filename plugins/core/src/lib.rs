@@ -17,7 +17,7 @@ mod op;
 mod origin;
 mod types;
 
-pub use error::{S3Error, S3ErrorCode};
+pub use error::{chain, Cause, S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::S3Op;
 pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader};

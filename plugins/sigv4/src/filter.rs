@@ -98,8 +98,9 @@ async fn preread(session: &mut Session, stage: &dyn BodyStage) -> Result<(), S3E
     let internal = |e: Box<pingora::Error>| {
         S3Error::new(
             S3ErrorCode::IncompleteBody,
-            format!("reading the request body: {e}"),
+            "The request body could not be read to its end.",
         )
+        .caused_by(e)
     };
     if header(&session.req_header().headers, "expect")
         .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
