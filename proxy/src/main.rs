@@ -6,15 +6,18 @@
 mod admin;
 mod catalog;
 mod catalog_index;
+mod catalog_mode;
 mod config;
 mod embedded;
 mod metrics;
+mod mode;
 mod origin;
 mod origin_reader;
 mod otel;
 mod respond;
 mod routes;
 mod runtime;
+mod s3;
 mod service;
 
 #[cfg(test)]

@@ -1,0 +1,347 @@
+//! The S3 mode: a request on a route runs the route's filter chain, then goes to the origin
+//! re-signed, with retries, a concurrency bound and a circuit breaker.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
+use floe_sigv4::canonical::decode;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::*;
+use pingora::proxy::Session;
+
+use crate::metrics;
+use crate::mode::{fail, Ctx, Mode};
+use crate::origin::QUEUE_WAIT;
+use crate::respond;
+use crate::routes::RouteTable;
+
+/// S3 requests on the route table.
+pub struct S3Mode {
+    table: RouteTable,
+}
+
+impl S3Mode {
+    /// The mode over a route table.
+    pub fn new(table: RouteTable) -> Self {
+        Self { table }
+    }
+
+    /// Routes, verifies and runs the filter chain; `Ok(true)`: the answer is written.
+    pub async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        match self.admit(session, ctx).await {
+            Ok(done) => Ok(done),
+            Err(e) if session.response_written().is_some() => {
+                // A stage failed after its answer began (e.g. the object changed mid-response):
+                // drop the connection so the client sees a failed transfer and retries.
+                ctx.failure = Some(e.clone());
+                Err(Error::explain(ErrorType::Custom("aborted"), e.to_string()))
+            }
+            Err(e) => {
+                ctx.status = respond::error(session, ctx.f.request_id, &e, false).await?;
+                ctx.failure = Some(e);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Routes, verifies and filters; `Ok(true)` means a response was already written.
+    async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool, S3Error> {
+        let req = session.req_header();
+        let host = req.headers.get("host").and_then(|v| v.to_str().ok());
+        let addressed = self.table.address(host, req.uri.path());
+        let query = req.uri.query().unwrap_or("");
+        let copy = req.headers.contains_key("x-amz-copy-source");
+        ctx.f.op = S3Op::classify(
+            req.method.as_str(),
+            !addressed.bucket.is_empty(),
+            !addressed.raw_key.is_empty(),
+            query,
+            copy,
+        );
+        ctx.raw_key = addressed.raw_key.to_owned();
+        ctx.query = strip_presign(query);
+        let bucket = addressed.bucket.to_owned();
+        let Some(route) = self.table.get(&bucket).cloned() else {
+            let mut scratch = FilterCtx::new(ctx.f.op);
+            use floe_core::RequestFilter;
+            self.table
+                .any_client
+                .request_filter(session, &mut scratch)
+                .await?;
+            if ctx.f.op == S3Op::ListBuckets {
+                let key = scratch.access_key.unwrap_or_default();
+                let buckets = self.table.buckets_for(&key);
+                ctx.status = respond::list_buckets(session, ctx.f.request_id, &buckets, &key)
+                    .await
+                    .map_err(|e| S3Error::new(S3ErrorCode::InternalError, e.to_string()))?;
+                return Ok(true);
+            }
+            return Err(S3Error::new(
+                S3ErrorCode::NoSuchBucket,
+                "The specified bucket does not exist",
+            ));
+        };
+        ctx.f.bucket = Some(route.bucket.clone());
+        if !ctx.raw_key.is_empty() {
+            let key = ObjectKey::parse(&decode(&ctx.raw_key))
+                .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument, e.to_string()))?;
+            ctx.f.key = Some(key);
+        }
+        ctx.route = Some(route.clone());
+        for filter in &route.filters {
+            if filter.request_filter(session, &mut ctx.f).await? {
+                return Ok(true);
+            }
+        }
+        if ctx.f.op == S3Op::Unsupported {
+            return Err(S3Error::new(
+                S3ErrorCode::NotImplemented,
+                "Floe does not carry this operation",
+            ));
+        }
+        if copy {
+            check_copy_source(session.req_header(), route.bucket.as_str())?;
+        }
+        if route.origin.breaker.is_open() {
+            metrics::origin_failure(&route.origin.name, "breaker_open");
+            return Err(S3Error::new(
+                S3ErrorCode::SlowDown,
+                "The origin is unavailable; please reduce your request rate and retry.",
+            ));
+        }
+        Ok(false)
+    }
+}
+
+/// Drops presigned-URL auth parameters from a query before it is forwarded.
+fn strip_presign(query: &str) -> String {
+    if !query.contains("X-Amz-") {
+        return query.to_owned();
+    }
+    query
+        .split('&')
+        .filter(|p| !p.starts_with("X-Amz-"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// CopyObject and UploadPartCopy may only copy within the route's bucket.
+fn check_copy_source(req: &RequestHeader, bucket: &str) -> Result<(), S3Error> {
+    let src = req
+        .headers
+        .get("x-amz-copy-source")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let src = decode(src);
+    let src = src.strip_prefix('/').unwrap_or(&src);
+    match src.split_once('/') {
+        Some((b, k)) if b == bucket && !k.is_empty() => Ok(()),
+        Some((b, _)) if b != bucket => Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "x-amz-copy-source must name an object in the same bucket",
+        )),
+        _ => Err(S3Error::new(
+            S3ErrorCode::InvalidArgument,
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+        )),
+    }
+}
+
+#[async_trait]
+impl Mode for S3Mode {
+    async fn upstream_peer(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let Some(route) = ctx.route.clone() else {
+            return Err(Error::explain(ErrorType::InternalError, "no route"));
+        };
+        for filter in &route.filters {
+            match filter.upstream_peer(session, &mut ctx.f).await {
+                Ok(Some(peer)) => return Ok(peer),
+                Ok(None) => {}
+                Err(e) => return Err(fail(ctx, e)),
+            }
+        }
+        if ctx.tries > 0 {
+            // Exponential backoff with jitter between retries: 25, 50, 100 ms ...
+            let base = 25u64 << (ctx.tries - 1).min(6);
+            let jitter = rand::random::<u64>() % (base / 2 + 1);
+            tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+        }
+        if ctx.permit.is_none() {
+            ctx.permit = route.origin.acquire(QUEUE_WAIT).await;
+            if ctx.permit.is_none() {
+                metrics::origin_failure(&route.origin.name, "queue_full");
+                let e = S3Error::new(
+                    S3ErrorCode::SlowDown,
+                    "Too many requests in flight to the origin; please retry.",
+                );
+                return Err(fail(ctx, e));
+            }
+        }
+        Ok(Box::new(route.origin.peer(route.bucket.as_str())))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        req: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let Some(route) = &ctx.route else {
+            return Ok(());
+        };
+        if ctx.f.body_preread {
+            req.remove_header("expect");
+        }
+        route
+            .origin
+            .prepare(
+                req,
+                route.bucket.as_str(),
+                &ctx.raw_key,
+                &ctx.query,
+                &ctx.f.payload,
+            )
+            .map_err(|e| Error::explain(ErrorType::InternalError, e.to_string()))
+    }
+
+    async fn request_body_filter(
+        &self,
+        body: &mut Option<Bytes>,
+        end: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let staged = ctx.f.body_stage.is_some();
+        if let Some(stage) = ctx.f.body_stage.as_mut() {
+            if let Err(e) = stage.feed(body, end) {
+                return Err(fail(ctx, e));
+            }
+        }
+        if let Some(route) = ctx.route.clone() {
+            for filter in &route.filters {
+                if let Err(e) = filter.request_body_filter(body, end, &mut ctx.f).await {
+                    return Err(fail(ctx, e));
+                }
+            }
+        }
+        // A stage that emits its last bytes early leaves an empty final piece. Pingora skips empty
+        // pieces mid-body (and reads `None` there as the end), but writes an empty *final* piece
+        // as a zero-length chunk, i.e. a terminator, before finishing the body with another one;
+        // the origin then reads the stray `0\r\n\r\n` as the next request (400). So the end
+        // goes out as `None`.
+        if staged && end && body.as_ref().is_some_and(Bytes::is_empty) {
+            *body = None;
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(route) = ctx.route.clone() {
+            route.origin.breaker.success();
+            for filter in &route.filters {
+                if let Err(e) = filter.upstream_response_filter(resp, &mut ctx.f) {
+                    return Err(fail(ctx, e));
+                }
+            }
+        }
+        resp.insert_header("x-floe-request-id", ctx.f.request_id.to_string())?;
+        resp.insert_header("x-floe-cache", "pass")?;
+        ctx.status = resp.status.as_u16();
+        Ok(())
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        body: &mut Option<Bytes>,
+        end: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(route) = &ctx.route {
+            for filter in &route.filters {
+                if let Err(e) = filter.upstream_response_body_filter(body, end, &mut ctx.f) {
+                    return Err(fail(ctx, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fail_to_connect(&self, ctx: &mut Ctx, mut e: Box<Error>) -> Box<Error> {
+        if let Some(route) = &ctx.route {
+            route.origin.breaker.failure();
+            metrics::origin_failure(&route.origin.name, "connect");
+            ctx.tries += 1;
+            let retry = ctx.f.op.is_idempotent()
+                && ctx.tries <= route.origin.retries
+                && !route.origin.breaker.is_open();
+            e.set_retry(retry);
+        }
+        e
+    }
+
+    fn error_while_proxy(
+        &self,
+        session: &mut Session,
+        mut e: Box<Error>,
+        ctx: &mut Ctx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        if ctx.failure.is_none() {
+            if let Some(route) = &ctx.route {
+                metrics::origin_failure(&route.origin.name, "transfer");
+            }
+        }
+        if !ctx.f.op.is_idempotent()
+            || session.as_ref().retry_buffer_truncated()
+            || ctx.failure.is_some()
+        {
+            e.set_retry(false);
+        } else {
+            e.retry.decide_reuse(client_reused);
+        }
+        e
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> u16 {
+        let err = ctx.failure.clone().unwrap_or_else(|| match e.esource() {
+            ErrorSource::Upstream => S3Error::new(
+                S3ErrorCode::SlowDown,
+                "The origin could not be reached; please retry.",
+            ),
+            _ => S3Error::new(
+                S3ErrorCode::InternalError,
+                "We encountered an internal error. Please try again.",
+            ),
+        });
+        let downstream_dead = matches!(e.esource(), ErrorSource::Downstream)
+            && matches!(
+                e.etype(),
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed
+            );
+        // Once response bytes went out, nothing can be written: the connection is dropped so
+        // the client sees a failed transfer, never a short body passed as whole.
+        let code = if downstream_dead || session.response_written().is_some() {
+            0
+        } else {
+            respond::error(session, ctx.f.request_id, &err, true)
+                .await
+                .unwrap_or(0)
+        };
+        ctx.failure = Some(err);
+        code
+    }
+
+    async fn logging(&self, ctx: &mut Ctx, status: u16) {
+        if let Some(r) = &ctx.route {
+            for f in &r.filters {
+                f.logging(&ctx.f, status);
+            }
+        }
+        ctx.permit = None;
+    }
+}
