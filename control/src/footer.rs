@@ -54,7 +54,7 @@ pub async fn footers(
 async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInfo, String> {
     let first_read = ctl.settings.warm.footer_bytes.min(f.size);
     ctl.rate.acquire(first_read).await;
-    let node = ctl.nodes.first().ok_or("no nodes")?;
+    let node = ctl.placement.reader(&ctl.nodes).ok_or("no nodes")?;
     let (b, k) = (&f.loc.0, &f.loc.1);
     let r = node
         .read(b, k, Span::Suffix(first_read), None)

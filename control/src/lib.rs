@@ -23,6 +23,7 @@ pub mod heat;
 pub mod http;
 pub mod mapper;
 pub mod node;
+pub mod placement;
 pub mod prefetch;
 pub mod pull;
 pub mod state;

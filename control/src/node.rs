@@ -92,6 +92,11 @@ impl NodeClient {
         }
     }
 
+    /// The node's settings.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
     /// The node's admin URL.
     pub fn url(&self) -> &str {
         &self.node.admin

@@ -75,7 +75,7 @@ pub async fn after_replace(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -
             yield_to_foreground(ctl).await;
             ctl.rate.acquire(b - a + 1).await;
             let mut warmed = 0;
-            for n in &ctl.nodes {
+            for n in ctl.placement.targets(&ctl.nodes, &l.0, &l.1) {
                 match n.warm(&l.0, &l.1, Span::Range(a, b), None).await {
                     Ok(w) => warmed = w,
                     Err(e) => tracing::warn!(key = %l.1, error = %e, "prefetch failed"),

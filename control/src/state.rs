@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::heat::Ledger;
 use crate::mapper::FileMap;
 use crate::node::NodeClient;
+use crate::placement::{EveryNode, Placement};
 use crate::worker::Board;
 
 /// Warm progress of one table's current commit.
@@ -74,6 +75,8 @@ pub struct Control {
     pub rate: RateLimit,
     /// Worker states.
     pub board: Board,
+    /// Which nodes get each warm.
+    pub placement: Box<dyn Placement>,
 }
 
 impl Control {
@@ -96,6 +99,7 @@ impl Control {
             heat,
             rate,
             board: Board::default(),
+            placement: Box::new(EveryNode),
         })
     }
 

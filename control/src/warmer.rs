@@ -12,7 +12,7 @@ use iceberg::table::Table;
 use tokio::sync::mpsc;
 
 use crate::mapper::FileKey;
-use crate::node::{split_location, Span, Store};
+use crate::node::{split_location, NodeClient, Span, Store};
 use crate::state::Control;
 use crate::worker::{Handle, Shutdown};
 
@@ -235,7 +235,7 @@ async fn warm_all(
     store: Option<Store>,
 ) -> Result<(), String> {
     let mut bytes = 0;
-    for n in &ctl.nodes {
+    for n in ctl.placement.targets(&ctl.nodes, &l.0, &l.1) {
         bytes = n
             .warm(&l.0, &l.1, span, store)
             .await
@@ -246,9 +246,11 @@ async fn warm_all(
     Ok(())
 }
 
-/// Warms one object on every node but node 0 (which read it already); failures are logged.
+/// Warms one object on its nodes but the reader (which read it already); failures are logged.
 pub(crate) async fn warm_others(ctl: &Control, l: &FileKey, span: Span, store: Option<Store>) {
-    for n in ctl.nodes.iter().skip(1) {
+    let reader = ctl.placement.reader(&ctl.nodes).map(NodeClient::url);
+    let targets = ctl.placement.targets(&ctl.nodes, &l.0, &l.1);
+    for n in targets.into_iter().filter(|n| Some(n.url()) != reader) {
         if let Err(e) = n.warm(&l.0, &l.1, span, store).await {
             tracing::warn!(node = n.url(), key = %l.1, error = %e, "warm failed");
         }

@@ -20,7 +20,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Builds the catalog client; its FileIO reads through the first node.
 pub async fn catalog(ctl: &Control) -> Result<RestCatalog, String> {
-    let node = ctl.settings.nodes.first().ok_or("no nodes")?;
+    let node = ctl.placement.reader(&ctl.nodes).ok_or("no nodes")?.node();
     RestCatalogBuilder::default()
         .with_client(crate::http::shared())
         .with_storage_factory(Arc::new(FloeStorageFactory::new(node)))
