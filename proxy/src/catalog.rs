@@ -236,7 +236,7 @@ fn scope_of(path: &str) -> String {
         if p == "namespaces" {
             return parts
                 .next()
-                .map(|ns| floe_sigv4::canonical::decode(ns).replace('\u{1f}', "."))
+                .map(|ns| floe_core::uri::decode(ns).replace('\u{1f}', "."))
                 .unwrap_or_default();
         }
     }

@@ -17,9 +17,11 @@ pub struct FileConfig {
     pub origins: BTreeMap<String, OriginSection>,
     /// One route per bucket.
     pub routes: Vec<RouteSection>,
-    /// The block cache; needed when a route lists the `blocks` filter.
+    /// The block cache; needed when a route lists the `blocks` filter. Parsed and validated by
+    /// the blocks plugin (floe-blocks config.rs documents its keys).
     #[serde(default)]
-    pub cache: Option<CacheSection>,
+    #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    pub cache: Option<serde::de::IgnoredAny>,
     /// The admin API listener. Default none.
     #[serde(default)]
     pub admin: Option<AdminSection>,
@@ -75,77 +77,6 @@ pub struct AdminSection {
     /// bind it to a private interface).
     #[serde(default)]
     pub tls: Option<TlsSection>,
-}
-
-/// The block cache (shared by every route that lists `blocks`).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CacheSection {
-    /// Folder of both stores' disk tiers (`data/`, `metadata/` below it).
-    pub dir: String,
-    /// Block size, 1-8 MiB. Default 2 MiB: DuckDB's 1-2 MiB Parquet ranges fetched 2x less
-    /// from S3 with 2 MiB blocks than with 8 MiB in the design's TPC-DS measurement.
-    #[serde(default = "default_block_bytes")]
-    pub block_bytes: u64,
-    /// Suffix of a .parquet file kept in the metadata store. Default 64 KiB: covers typical
-    /// footers; the blocks overlapping it are what is stored.
-    #[serde(default = "default_footer_bytes")]
-    pub footer_bytes: u64,
-    /// Data store ceilings.
-    pub data: StoreSection,
-    /// Metadata store ceilings.
-    pub metadata: StoreSection,
-    /// Touches a data block needs to be admitted once the data store is under pressure.
-    /// Default 2 (second touch): one-touch scans cannot evict the hot set.
-    #[serde(default = "default_admission")]
-    pub admission_threshold: u8,
-    /// What a client read's miss of a data block fetches: `range` (default) fetches only the
-    /// bytes the read needs and keeps them as a span of the block (plus the rest of the block
-    /// when a read continues where a cached span ends), so a cold random read costs the origin
-    /// what it costs without Floe; `block` fetches whole blocks (read-ahead for free, up to 2x
-    /// the cold origin bytes for random ranges). Metadata-store blocks and warms are whole.
-    #[serde(default)]
-    pub fill: FillSection,
-    /// TTL of mappings of rewritable objects (version-hint.text, unknown files), revalidated
-    /// with If-None-Match after it. Default 5000 ms.
-    #[serde(default = "default_ttl_ms")]
-    pub mutable_ttl_ms: u64,
-    /// Classification rules replacing the Iceberg defaults, first match wins.
-    #[serde(default)]
-    pub rules: Option<Vec<RuleSection>>,
-}
-
-/// `cache.fill`.
-#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum FillSection {
-    /// Only the bytes a read needs.
-    #[default]
-    Range,
-    /// Whole blocks.
-    Block,
-}
-
-/// DRAM and disk ceilings of one store, in bytes.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreSection {
-    /// DRAM ceiling.
-    pub dram_bytes: usize,
-    /// Disk ceiling (at least 64 MiB: four 16 MiB regions).
-    pub disk_bytes: usize,
-}
-
-/// A classification rule.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuleSection {
-    /// Glob over the object key.
-    pub pattern: String,
-    /// `metadata` or `data`.
-    pub store: String,
-    /// Never rewritten under this name.
-    pub immutable: bool,
 }
 
 /// Process-wide settings.
@@ -391,16 +322,4 @@ fn default_breaker_open_ms() -> u64 {
 }
 fn default_filters() -> Vec<String> {
     vec!["sigv4".to_owned()]
-}
-fn default_block_bytes() -> u64 {
-    2 << 20
-}
-fn default_footer_bytes() -> u64 {
-    64 << 10
-}
-fn default_admission() -> u8 {
-    2
-}
-fn default_ttl_ms() -> u64 {
-    5000
 }

@@ -7,6 +7,7 @@ mod admin;
 mod catalog;
 mod catalog_index;
 mod catalog_mode;
+mod chain;
 mod config;
 mod embedded;
 mod metrics;
@@ -104,46 +105,28 @@ fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Orig
     Ok(origins)
 }
 
-/// The runtime foyer's stores run their disk I/O and flushers on; it lives as long as the
-/// process (Pingora's runtimes are per service and start later).
-static CACHE_RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-
-fn open_cache(
-    settings: floe_blocks::CacheSettings,
-) -> anyhow::Result<Arc<floe_blocks::BlockCache>> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("floe-cache")
-        .enable_all()
-        .build()
-        .context("starting the cache runtime")?;
-    let rt = CACHE_RUNTIME.get_or_init(|| rt);
-    let cache = rt
-        .block_on(floe_blocks::BlockCache::open(settings))
-        .map_err(|e| anyhow::anyhow!(e))?;
-    tracing::info!("block cache opened");
-    Ok(cache)
-}
-
-fn run(settings: Settings) -> anyhow::Result<()> {
+fn run(mut settings: Settings) -> anyhow::Result<()> {
     if let Some(endpoint) = &settings.server.otlp_endpoint {
         otel::init(endpoint)?;
         tracing::info!(endpoint = %endpoint, "exporting traces and metrics over OTLP");
     }
     let origins = build_origins(&settings)?;
-    let cache = match &settings.cache {
-        Some(c) => Some(open_cache(c.clone())?),
-        None => None,
-    };
+    let configured = std::mem::take(&mut settings.plugins);
+    let plugins = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the plugin start-up runtime")?
+        .block_on(chain::start(configured))
+        .map_err(|e| anyhow::anyhow!(e))?;
     let s = &settings.server;
     let table = RouteTable::new(
         &settings.routes,
         &origins,
-        cache.as_ref(),
+        &plugins,
         &s.region,
         &s.hostnames,
-    );
-    let table_blocks = table.blocks.clone();
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
     let catalog = settings
         .catalog
         .clone()
@@ -171,7 +154,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::info!(address = %l.address, tls = l.tls.is_some(), "listening");
     }
     if let Some(spec) = &settings.admin {
-        let app = admin::AdminApp::new(spec.token.clone(), cache.clone(), table_blocks, catalog);
+        let app = admin::AdminApp::new(spec.token.clone(), plugins.admin(), catalog);
         let mut a = Service::new("floe-admin".to_owned(), app);
         let addr = &spec.address;
         match &spec.tls {
@@ -184,6 +167,9 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::info!(address = %addr, tls = spec.tls.is_some(), "admin API listening");
     }
     server.add_service(proxy);
+    for service in plugins.background() {
+        server.add_boxed_service(service);
+    }
     if let Some(addr) = &s.metrics_address {
         let mut m = Service::new("floe-metrics".to_owned(), metrics::MetricsApp);
         m.add_tcp(addr);

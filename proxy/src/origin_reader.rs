@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::uri::uri_encode;
 use floe_core::{
     BucketName, ByteStream, ETag, Fetched, ObjectHead, ObjectKey, OriginError, OriginReader,
     UpstreamPayload,
 };
-use floe_sigv4::canonical::uri_encode;
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;

@@ -4,13 +4,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use floe_blocks::{BlockCache, BlockFilter};
+use floe_core::plugin::{RouteCx, StartError};
 use floe_core::{BucketName, RequestFilter};
-use floe_sigv4::{SigV4Filter, Verifier};
 
+use crate::chain::Plugins;
 use crate::origin::Origin;
 use crate::origin_reader::PingoraOriginReader;
-use crate::runtime::{FilterKind, RouteSpec};
+use crate::runtime::RouteSpec;
 
 /// One route, built once from config.
 pub struct Route {
@@ -38,44 +38,39 @@ pub struct Addressed<'a> {
 pub struct RouteTable {
     routes: HashMap<String, Arc<Route>>,
     hostnames: Vec<String>,
-    /// Verifier over all client keys.
-    pub any_client: SigV4Filter,
-    /// Block-cache stages by bucket (for the admin API).
-    pub blocks: HashMap<String, Arc<BlockFilter>>,
+    /// The authentication stage over all client keys.
+    pub any_client: Arc<dyn RequestFilter>,
 }
 
 impl RouteTable {
-    /// Builds the table. `origins` must hold every origin the specs name.
+    /// Builds the table: each route's stages, by name, from the started plugins. `origins`
+    /// must hold every origin the specs name.
     pub fn new(
         specs: &[RouteSpec],
         origins: &HashMap<String, Arc<Origin>>,
-        cache: Option<&Arc<BlockCache>>,
+        plugins: &Plugins,
         region: &str,
         hostnames: &[String],
-    ) -> Self {
+    ) -> Result<Self, StartError> {
         let mut routes = HashMap::new();
-        let mut blocks = HashMap::new();
         let mut all_keys = Vec::new();
         for spec in specs {
             let Some(origin) = origins.get(&spec.origin) else {
                 continue;
             };
-            let mut filters: Vec<Arc<dyn RequestFilter>> = Vec::new();
-            for f in &spec.filters {
-                match f {
-                    FilterKind::SigV4 => filters.push(Arc::new(SigV4Filter::new(
-                        Verifier::new(region, spec.clients.iter().cloned()),
-                        spec.anonymous.clone(),
-                    ))),
-                    FilterKind::Blocks => {
-                        let Some(c) = cache else { continue };
-                        let reader = Arc::new(PingoraOriginReader::new(origin.clone()));
-                        let b = Arc::new(BlockFilter::new(c.clone(), reader, spec.bucket.as_str()));
-                        blocks.insert(spec.bucket.as_str().to_owned(), b.clone());
-                        filters.push(b);
-                    }
-                }
-            }
+            let cx = RouteCx {
+                bucket: Some(&spec.bucket),
+                region,
+                clients: &spec.clients,
+                anonymous: &spec.anonymous,
+                origin: Some(Arc::new(PingoraOriginReader::new(origin.clone()))),
+            };
+            let filters = spec
+                .filters
+                .iter()
+                .map(|name| plugins.build(name, &cx))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("route {}: {e}", spec.bucket))?;
             all_keys.extend(spec.clients.iter().cloned());
             let route = Route {
                 bucket: spec.bucket.clone(),
@@ -85,12 +80,18 @@ impl RouteTable {
             };
             routes.insert(spec.bucket.as_str().to_owned(), Arc::new(route));
         }
-        Self {
+        let any_client = plugins.authenticator(&RouteCx {
+            bucket: None,
+            region,
+            clients: &all_keys,
+            anonymous: &[],
+            origin: None,
+        })?;
+        Ok(Self {
             routes,
             hostnames: hostnames.to_vec(),
-            any_client: SigV4Filter::new(Verifier::new(region, all_keys), Vec::new()),
-            blocks,
-        }
+            any_client,
+        })
     }
 
     /// The route for a bucket.
@@ -145,13 +146,24 @@ mod tests {
     use super::*;
 
     fn table() -> RouteTable {
+        let cx = floe_core::config::ConfigCx {
+            file: "t.yaml",
+            env: &|_| None,
+        };
+        let configured =
+            crate::chain::configure(&cx, "{}", &[], &crate::chain::factories()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let plugins = rt.block_on(crate::chain::start(configured)).unwrap();
         RouteTable::new(
             &[],
             &HashMap::new(),
-            None,
+            &plugins,
             "us-east-1",
             &["s3.local".to_owned()],
         )
+        .unwrap()
     }
 
     #[test]

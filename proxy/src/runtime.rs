@@ -8,10 +8,14 @@ use floe_core::config::ConfigCx as Ctx;
 pub use floe_core::config::ConfigError;
 use floe_core::{BucketName, S3Op};
 
+use floe_core::plugin::PluginFactory;
+
 use crate::config::{
-    Addressing, AnonymousSection, BreakerSection, CredentialsSection, FileConfig, FillSection,
-    OriginSection,
+    Addressing, AnonymousSection, BreakerSection, CredentialsSection, FileConfig, OriginSection,
 };
+
+/// The stage every route runs first: nothing happens before a request is verified.
+pub const AUTH_STAGE: &str = "sigv4";
 
 /// A listener, validated.
 #[derive(Debug, Clone)]
@@ -77,15 +81,6 @@ pub struct OriginSpec {
     pub breaker_open_ms: u64,
 }
 
-/// The filter stages a route can list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FilterKind {
-    /// SigV4 verification.
-    SigV4,
-    /// The block cache.
-    Blocks,
-}
-
 /// A route, validated.
 #[derive(Debug, Clone)]
 pub struct RouteSpec {
@@ -97,8 +92,8 @@ pub struct RouteSpec {
     pub anonymous: Vec<floe_core::S3Op>,
     /// Client key pairs.
     pub clients: Vec<(String, String)>,
-    /// Filter stages in order.
-    pub filters: Vec<FilterKind>,
+    /// Filter stages in order, by plugin name (each a known plugin).
+    pub filters: Vec<String>,
 }
 
 /// The admin listener, validated.
@@ -113,7 +108,7 @@ pub struct AdminSpec {
 }
 
 /// A whole validated config.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Settings {
     /// Server settings.
     pub server: ServerSettings,
@@ -121,8 +116,8 @@ pub struct Settings {
     pub origins: BTreeMap<String, OriginSpec>,
     /// Routes.
     pub routes: Vec<RouteSpec>,
-    /// The block cache, when configured.
-    pub cache: Option<floe_blocks::CacheSettings>,
+    /// Every plugin's validated configuration, in the chain's order.
+    pub plugins: crate::chain::ConfiguredPlugins,
     /// The admin listener, when configured.
     pub admin: Option<AdminSpec>,
     /// The catalog route, when configured.
@@ -140,6 +135,16 @@ pub fn parse(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Settings, ConfigError> {
+    parse_with(file, text, env, &crate::chain::factories())
+}
+
+/// As [`parse`], with the plugins `factories` (the chain's, or a test's).
+pub fn parse_with(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    factories: &[&'static dyn PluginFactory],
+) -> Result<Settings, ConfigError> {
     let cx = Ctx { file, env };
     let raw: FileConfig =
         serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
@@ -148,22 +153,9 @@ pub fn parse(
     for (name, o) in &raw.origins {
         origins.insert(name.clone(), origin(&cx, name, o)?);
     }
-    let routes = routes(&cx, &raw, &origins)?;
-    let cache = match &raw.cache {
-        Some(c) => Some(cache(&cx, c)?),
-        None => None,
-    };
-    if cache.is_none() {
-        if let Some(i) = routes
-            .iter()
-            .position(|r| r.filters.contains(&FilterKind::Blocks))
-        {
-            return Err(cx.err(
-                format!("routes[{i}].filters"),
-                "the blocks filter needs a top-level cache: section",
-            ));
-        }
-    }
+    let names: Vec<&str> = factories.iter().map(|f| f.name()).collect();
+    let routes = routes(&cx, &raw, &origins, &names)?;
+    let plugins = crate::chain::configure(&cx, text, &routes, factories)?;
     let admin = match &raw.admin {
         None => None,
         Some(a) => {
@@ -193,7 +185,7 @@ pub fn parse(
         server,
         origins,
         routes,
-        cache,
+        plugins,
         admin,
         catalog,
     })
@@ -315,6 +307,7 @@ fn routes(
     cx: &Ctx<'_>,
     raw: &FileConfig,
     origins: &BTreeMap<String, OriginSpec>,
+    plugins: &[&str],
 ) -> Result<Vec<RouteSpec>, ConfigError> {
     if raw.routes.is_empty() {
         return Err(cx.err("routes", "at least one route is needed"));
@@ -374,18 +367,15 @@ fn routes(
         }
         let mut filters = Vec::new();
         for (j, f) in r.filters.iter().enumerate() {
-            filters.push(match f.as_str() {
-                "sigv4" => FilterKind::SigV4,
-                "blocks" => FilterKind::Blocks,
-                other => {
-                    return Err(cx.err(
-                        format!("{key}.filters[{j}]"),
-                        format!("unknown filter {other:?}; known: sigv4, blocks"),
-                    ))
-                }
-            });
+            if !plugins.contains(&f.as_str()) {
+                return Err(cx.err(
+                    format!("{key}.filters[{j}]"),
+                    format!("unknown filter {f:?}; known: {}", plugins.join(", ")),
+                ));
+            }
+            filters.push(f.clone());
         }
-        if filters.first() != Some(&FilterKind::SigV4) {
+        if filters.first().map(String::as_str) != Some(AUTH_STAGE) {
             return Err(cx.err(
                 format!("{key}.filters"),
                 "sigv4 must be the first filter: every request is verified before anything else",
@@ -441,80 +431,4 @@ fn anonymous_ops(
         ));
     }
     Ok(ops)
-}
-
-fn cache(
-    cx: &Ctx<'_>,
-    c: &crate::config::CacheSection,
-) -> Result<floe_blocks::CacheSettings, ConfigError> {
-    use floe_blocks::classify::{iceberg_defaults, Classifier, Rule, Store};
-    if !((1 << 20)..=(8 << 20)).contains(&c.block_bytes) {
-        return Err(cx.err(
-            "cache.block_bytes",
-            format!("{} is outside 1 MiB..8 MiB", c.block_bytes),
-        ));
-    }
-    let store = |name: &str,
-                 s: &crate::config::StoreSection|
-     -> Result<floe_blocks::StoreSettings, ConfigError> {
-        if s.dram_bytes < c.block_bytes as usize {
-            return Err(cx.err(
-                format!("cache.{name}.dram_bytes"),
-                "must hold at least one block",
-            ));
-        }
-        if s.disk_bytes < 4 * floe_blocks::REGION_BYTES {
-            return Err(cx.err(
-                format!("cache.{name}.disk_bytes"),
-                format!(
-                    "must be at least {} (four disk regions)",
-                    4 * floe_blocks::REGION_BYTES
-                ),
-            ));
-        }
-        Ok(floe_blocks::StoreSettings {
-            dram_bytes: s.dram_bytes,
-            disk_bytes: s.disk_bytes,
-            disk_dir: Path::new(&c.dir).join(name),
-        })
-    };
-    let rules = match &c.rules {
-        None => iceberg_defaults(),
-        Some(list) => {
-            let mut out = Vec::new();
-            for (i, r) in list.iter().enumerate() {
-                let st = match r.store.as_str() {
-                    "metadata" => Store::Metadata,
-                    "data" => Store::Data,
-                    other => {
-                        return Err(cx.err(
-                            format!("cache.rules[{i}].store"),
-                            format!("{other:?} is not metadata or data"),
-                        ))
-                    }
-                };
-                out.push(Rule {
-                    pattern: r.pattern.clone(),
-                    store: st,
-                    immutable: r.immutable,
-                });
-            }
-            out
-        }
-    };
-    Classifier::new(rules.clone()).map_err(|e| cx.err("cache.rules", e))?;
-    Ok(floe_blocks::CacheSettings {
-        block_bytes: c.block_bytes,
-        footer_bytes: c.footer_bytes,
-        data: store("data", &c.data)?,
-        meta: store("metadata", &c.metadata)?,
-        admission_threshold: c.admission_threshold,
-        mutable_ttl: std::time::Duration::from_millis(c.mutable_ttl_ms),
-        rules,
-        max_run_blocks: 16,
-        fill: match c.fill {
-            FillSection::Range => floe_blocks::Fill::Range,
-            FillSection::Block => floe_blocks::Fill::Block,
-        },
-    })
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::uri::decode;
 use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
-use floe_sigv4::canonical::decode;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::Session;
@@ -65,7 +65,6 @@ impl S3Mode {
         let bucket = addressed.bucket.to_owned();
         let Some(route) = self.table.get(&bucket).cloned() else {
             let mut scratch = FilterCtx::new(ctx.f.op);
-            use floe_core::RequestFilter;
             self.table
                 .any_client
                 .request_filter(session, &mut scratch)

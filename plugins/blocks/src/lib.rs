@@ -9,10 +9,12 @@
 //! ```
 
 pub mod access;
+mod admin;
 mod adopt;
 pub mod block;
 mod cache;
 pub mod classify;
+pub mod config;
 pub mod delete;
 mod fill;
 mod filter;
@@ -20,6 +22,7 @@ mod inflight;
 mod mapping;
 mod ops;
 pub mod placement;
+pub mod plugin;
 pub mod range;
 mod reader;
 mod resolve;
@@ -31,11 +34,13 @@ mod target;
 mod testbed;
 
 pub use access::{Access, AccessLog};
+pub use admin::MAX_ADMIN_BODY;
 pub use cache::{BlockCache, CacheSettings, Fill, StoreStats};
 pub use classify::{Class, Store};
 pub use filter::BlockFilter;
 pub use ops::{OpError, ReadOut, ReadSpan};
 pub use placement::{OneNode, RunSplit};
+pub use plugin::FACTORY;
 pub use store::{BlockStore, StoreSettings, REGION_BYTES};
 pub use tap::{ServeError, Sink};
 pub use target::Target;

@@ -15,7 +15,9 @@ mod error;
 mod filter;
 mod op;
 mod origin;
+pub mod plugin;
 mod types;
+pub mod uri;
 
 pub use error::{chain, Cause, S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};

@@ -1,28 +1,9 @@
 //! Canonical request construction, as SigV4 defines it for S3 (no path normalisation, single
 //! URI encoding).
 
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
 
-/// Everything but RFC 3986 unreserved characters is encoded.
-const URI_SET: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-/// As [`URI_SET`], but '/' stays (object paths).
-const PATH_SET: &AsciiSet = &URI_SET.remove(b'/');
-
-/// URI-encodes a decoded string as SigV4 wants (unreserved kept, everything else %XX).
-pub fn uri_encode(s: &str, keep_slash: bool) -> String {
-    let set = if keep_slash { PATH_SET } else { URI_SET };
-    utf8_percent_encode(s, set).to_string()
-}
-
-/// Percent-decodes bytes into a string, lossily for invalid UTF-8.
-pub fn decode(s: &str) -> String {
-    percent_decode_str(s).decode_utf8_lossy().into_owned()
-}
+pub use floe_core::uri::{decode, uri_encode};
 
 /// The canonical URI: the raw path decoded and re-encoded once, as S3 compares it.
 pub fn canonical_uri(raw_path: &str) -> String {

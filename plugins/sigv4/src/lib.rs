@@ -16,8 +16,10 @@ pub mod canonical;
 mod checksum;
 pub mod chunked;
 mod filter;
+pub mod plugin;
 mod verify;
 
 pub use checksum::Checksum;
 pub use filter::{SigV4Filter, PREREAD_LIMIT};
+pub use plugin::FACTORY;
 pub use verify::{RequestParts, Verified, Verifier, MAX_SKEW_SECONDS};

@@ -1,0 +1,247 @@
+//! The block cache's admin endpoints (on the proxy's admin listener, behind its token):
+//!
+//! - `GET /stats` -> per store: DRAM usage and ceiling, disk ceiling and I/O, hits, misses,
+//!   insertions, admissions rejected, origin bytes.
+//! - `POST /purge?bucket=B&key=K` or `?bucket=B&prefix=P` -> mappings and blocks dropped.
+//! - `POST /warm?bucket=B&key=K[&range=FIRST-LAST|&suffix=N][&store=metadata|data]` -> bytes
+//!   warmed.
+//! - `GET /object?bucket=B&key=K[&range=..|&suffix=N][&store=..]` -> the bytes, read through the
+//!   cache (warming what is missing); `x-floe-object-size`, `x-floe-first-byte` and `etag` say
+//!   where they sit in which version. The control plane reads metadata and footers this way.
+//! - `GET /accesses[?max=N]` -> drains the access queue (served reads) for the heat ledger.
+//! - `POST /classify?bucket=B&store=metadata|data` with a body of keys, one per line -> those
+//!   keys are immutable table files of that store; this outranks the path rules.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+
+use floe_core::plugin::{AdminHandler, AdminRequest, AdminResponse};
+use floe_core::{BucketName, ObjectKey};
+use serde_json::json;
+
+use crate::cache::{BlockCache, StoreStats};
+use crate::classify::Store;
+use crate::filter::BlockFilter;
+use crate::ops::{OpError, ReadSpan};
+use crate::store::BlockStore;
+
+/// The admin endpoints over the cache and the routes' stages.
+pub struct BlocksAdmin {
+    cache: Arc<BlockCache>,
+    routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
+}
+
+/// What a warm or read addresses.
+type Target = (BucketName, ObjectKey, ReadSpan, Option<Store>);
+
+impl BlocksAdmin {
+    /// Endpoints over `cache` and the stages in `routes` (by bucket).
+    pub fn new(
+        cache: Arc<BlockCache>,
+        routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
+    ) -> Self {
+        Self { cache, routes }
+    }
+
+    fn route(&self, req: &AdminRequest) -> Result<Arc<BlockFilter>, AdminResponse> {
+        let bucket = req.param("bucket");
+        self.routes
+            .read()
+            .ok()
+            .and_then(|r| r.get(bucket).cloned())
+            .ok_or_else(|| {
+                AdminResponse::error(404, format!("no cached route for bucket {bucket:?}"))
+            })
+    }
+
+    fn stats(&self) -> AdminResponse {
+        let c = &self.cache;
+        let store = |s: &BlockStore, st: &StoreStats, disk: usize| {
+            let io = s.statistics();
+            json!({
+                "dram_usage_bytes": s.memory().usage(),
+                "dram_capacity_bytes": s.memory().capacity(),
+                "disk_capacity_bytes": disk,
+                "disk_write_bytes": io.disk_write_bytes(),
+                "disk_read_bytes": io.disk_read_bytes(),
+                "hits": st.hits.load(Ordering::Relaxed),
+                "misses": st.misses.load(Ordering::Relaxed),
+                "inserted": st.inserted.load(Ordering::Relaxed),
+                "admissions_rejected": st.rejected.load(Ordering::Relaxed),
+                "dram_entries": s.memory().entries(),
+                "evictions": st.events.evictions.load(Ordering::Relaxed),
+                "origin_bytes": st.origin_bytes.load(Ordering::Relaxed),
+            })
+        };
+        AdminResponse::json(
+            200,
+            json!({
+                "block_bytes": c.settings.block_bytes,
+                "foreground_misses": c.foreground_misses.load(Ordering::Relaxed),
+                "accesses_dropped": c.access.dropped(),
+                "data": store(&c.data, &c.data_stats, c.settings.data.disk_bytes),
+                "metadata": store(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
+            }),
+        )
+    }
+
+    async fn purge(&self, req: &AdminRequest) -> AdminResponse {
+        let filter = match self.route(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        match (req.query.get("key"), req.query.get("prefix")) {
+            (Some(k), None) => {
+                AdminResponse::json(200, json!({"keys": 1, "blocks": filter.purge_key(k).await}))
+            }
+            (None, Some(p)) => {
+                let (keys, blocks) = filter.purge_prefix(p).await;
+                AdminResponse::json(200, json!({"keys": keys, "blocks": blocks}))
+            }
+            _ => AdminResponse::error(400, "use /purge?bucket=&key= or /purge?bucket=&prefix="),
+        }
+    }
+
+    async fn warm(&self, req: &AdminRequest) -> AdminResponse {
+        let filter = match self.route(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let (b, k, span, store) = match target(req) {
+            Ok(t) => t,
+            Err(e) => return AdminResponse::error(400, e),
+        };
+        match filter.warm(&b, &k, span, store).await {
+            Ok(bytes) => AdminResponse::json(200, json!({"bytes": bytes})),
+            Err(e) => AdminResponse::error(op_status(&e), e),
+        }
+    }
+
+    /// `GET /object`: bytes through the cache, raw.
+    async fn object(&self, req: &AdminRequest) -> AdminResponse {
+        let filter = match self.route(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let (b, k, span, store) = match target(req) {
+            Ok(t) => t,
+            Err(e) => return AdminResponse::error(400, e),
+        };
+        match filter.read(&b, &k, span, store).await {
+            Ok(out) => AdminResponse {
+                status: 200,
+                headers: vec![
+                    ("x-floe-object-size", out.size.to_string()),
+                    ("x-floe-first-byte", out.first.to_string()),
+                    ("etag", out.etag),
+                ],
+                body: out.bytes,
+                json: false,
+            },
+            Err(e) => AdminResponse::error(op_status(&e), e),
+        }
+    }
+
+    /// `GET /accesses`: drains served-read records.
+    fn accesses(&self, req: &AdminRequest) -> AdminResponse {
+        let max = req.param("max").parse().unwrap_or(10_000usize);
+        let rows: Vec<serde_json::Value> = self
+            .cache
+            .access
+            .drain(max)
+            .into_iter()
+            .map(|a| json!([&*a.bucket, &*a.key, &*a.etag, a.offset, a.len]))
+            .collect();
+        AdminResponse::json(
+            200,
+            json!({"dropped": self.cache.access.dropped(), "accesses": rows}),
+        )
+    }
+
+    /// `POST /classify`: pins the body's keys as immutable files of one store.
+    fn classify(&self, req: &AdminRequest) -> AdminResponse {
+        let filter = match self.route(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let store = match req.param("store") {
+            "metadata" => Store::Metadata,
+            "data" => Store::Data,
+            _ => return AdminResponse::error(400, "store must be metadata or data"),
+        };
+        let keys: Vec<String> = String::from_utf8_lossy(&req.body)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let pinned = filter.pin(&keys, store);
+        AdminResponse::json(200, json!({"keys": keys.len(), "pinned": pinned}))
+    }
+}
+
+#[async_trait]
+impl AdminHandler for BlocksAdmin {
+    async fn handle(&self, req: &AdminRequest) -> Option<AdminResponse> {
+        Some(match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/stats") => self.stats(),
+            ("GET", "/object") => self.object(req).await,
+            ("GET", "/accesses") => self.accesses(req),
+            ("POST", "/classify") => self.classify(req),
+            ("POST", "/purge") => self.purge(req).await,
+            ("POST", "/warm") if req.query.contains_key("key") => self.warm(req).await,
+            ("POST", "/warm") => AdminResponse::error(
+                400,
+                "use /warm?bucket=&key=[&range=a-b|&suffix=n][&store=metadata|data]",
+            ),
+            _ => return None,
+        })
+    }
+}
+
+/// The admin status of a failed cache operation: 404 for a missing object, 413 over a cap,
+/// else 502 (the origin or a fill failed behind the cache).
+fn op_status(e: &OpError) -> u16 {
+    match e {
+        OpError::NotFound => 404,
+        OpError::OverCap(_) => 413,
+        OpError::Origin(_) | OpError::Serve(_) => 502,
+    }
+}
+
+/// Parses the bucket, key, span (`range=FIRST-LAST` or `suffix=N`) and store of a request.
+fn target(req: &AdminRequest) -> Result<Target, String> {
+    let (Ok(b), Ok(k)) = (
+        BucketName::parse(req.param("bucket")),
+        ObjectKey::parse(req.param("key")),
+    ) else {
+        return Err("invalid bucket or key".into());
+    };
+    let span = match (req.query.get("range"), req.query.get("suffix")) {
+        (None, None) => ReadSpan::Whole,
+        (Some(r), None) => match r
+            .split_once('-')
+            .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
+        {
+            Some((Ok(a), Ok(b))) if a <= b => ReadSpan::Range(a, b),
+            _ => return Err("range must be FIRST-LAST".into()),
+        },
+        (None, Some(n)) => match n.parse::<u64>() {
+            Ok(n) if n > 0 => ReadSpan::Suffix(n),
+            _ => return Err("suffix must be a positive byte count".into()),
+        },
+        (Some(_), Some(_)) => return Err("give range or suffix, not both".into()),
+    };
+    let store = match req.query.get("store").map(String::as_str) {
+        None => None,
+        Some("metadata") => Some(Store::Metadata),
+        Some("data") => Some(Store::Data),
+        Some(other) => return Err(format!("store {other:?} is not metadata or data")),
+    };
+    Ok((b, k, span, store))
+}
+
+/// Bodies up to this size are accepted by the admin listener (`/classify`: about 100k keys).
+pub const MAX_ADMIN_BODY: usize = 16 << 20;

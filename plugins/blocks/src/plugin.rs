@@ -1,0 +1,132 @@
+//! The `blocks` plugin: owns the `cache:` config section, opens the block cache once at
+//! start-up, builds one [`BlockFilter`] per route that lists `blocks`, and serves the cache's
+//! admin endpoints.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use async_trait::async_trait;
+use floe_core::config::{ConfigCx, ConfigError};
+use floe_core::plugin::{AdminHandler, Configured, Plugin, PluginFactory, RouteCx, StartError};
+use floe_core::RequestFilter;
+
+use crate::admin::BlocksAdmin;
+use crate::cache::{BlockCache, CacheSettings};
+use crate::config::{validate, FileSections};
+use crate::filter::BlockFilter;
+
+/// The factory the proxy lists.
+pub static FACTORY: BlocksFactory = BlocksFactory;
+
+/// Makes the `blocks` plugin from the `cache:` section.
+pub struct BlocksFactory;
+
+impl PluginFactory for BlocksFactory {
+    fn name(&self) -> &'static str {
+        "blocks"
+    }
+
+    fn sections(&self) -> &'static [&'static str] {
+        &["cache"]
+    }
+
+    fn configure(&self, cx: &ConfigCx<'_>, text: &str) -> Result<Box<dyn Configured>, ConfigError> {
+        let raw: FileSections =
+            serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
+        let settings = match &raw.cache {
+            Some(c) => Some(validate(cx, c)?),
+            None => None,
+        };
+        Ok(Box::new(BlocksConfig { settings }))
+    }
+}
+
+/// The validated `cache:` section (none: no route may list `blocks`).
+#[derive(Debug)]
+pub struct BlocksConfig {
+    /// The cache's settings.
+    pub settings: Option<CacheSettings>,
+}
+
+/// The runtime foyer's stores run their disk I/O and flushers on; it lives as long as the
+/// process (Pingora's runtimes are per service and start later).
+static CACHE_RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+#[async_trait]
+impl Configured for BlocksConfig {
+    fn check_route(&self, cx: &ConfigCx<'_>, key: &str) -> Result<(), ConfigError> {
+        match self.settings {
+            Some(_) => Ok(()),
+            None => Err(cx.err(key, "the blocks filter needs a top-level cache: section")),
+        }
+    }
+
+    async fn start(self: Box<Self>) -> Result<Arc<dyn Plugin>, StartError> {
+        let cache = match self.settings {
+            None => None,
+            Some(s) => {
+                if CACHE_RUNTIME.get().is_none() {
+                    let rt = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .thread_name("floe-cache")
+                        .enable_all()
+                        .build()?;
+                    let _ = CACHE_RUNTIME.set(rt);
+                }
+                let rt = CACHE_RUNTIME
+                    .get()
+                    .ok_or("the cache runtime did not start")?;
+                let cache = rt.spawn(BlockCache::open(s)).await??;
+                tracing::info!("block cache opened");
+                Some(cache)
+            }
+        };
+        Ok(Arc::new(BlocksPlugin {
+            cache,
+            routes: Arc::default(),
+        }))
+    }
+}
+
+/// The started plugin: the cache and the stages built on it, by bucket.
+pub struct BlocksPlugin {
+    cache: Option<Arc<BlockCache>>,
+    routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
+}
+
+impl BlocksPlugin {
+    /// The cache, when configured.
+    pub fn cache(&self) -> Option<&Arc<BlockCache>> {
+        self.cache.as_ref()
+    }
+}
+
+impl Plugin for BlocksPlugin {
+    fn name(&self) -> &'static str {
+        "blocks"
+    }
+
+    fn build(&self, route: &RouteCx<'_>) -> Result<Arc<dyn RequestFilter>, StartError> {
+        let cache = self
+            .cache
+            .clone()
+            .ok_or("the blocks filter needs a cache: section")?;
+        let origin = route
+            .origin
+            .clone()
+            .ok_or("the blocks filter needs a route origin")?;
+        let bucket = route
+            .bucket
+            .ok_or("the blocks filter needs a route bucket")?;
+        let filter = Arc::new(BlockFilter::new(cache, origin, bucket.as_str()));
+        if let Ok(mut r) = self.routes.write() {
+            r.insert(bucket.as_str().to_owned(), filter.clone());
+        }
+        Ok(filter)
+    }
+
+    fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
+        let cache = self.cache.clone()?;
+        Some(Arc::new(BlocksAdmin::new(cache, self.routes.clone())))
+    }
+}

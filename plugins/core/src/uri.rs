@@ -1,0 +1,24 @@
+//! Percent-encoding as S3 and SigV4 use it: one encoding of everything but RFC 3986
+//! unreserved characters (and '/' in object paths), and lossy decoding.
+
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+/// Everything but RFC 3986 unreserved characters is encoded.
+const URI_SET: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+/// As [`URI_SET`], but '/' stays (object paths).
+const PATH_SET: &AsciiSet = &URI_SET.remove(b'/');
+
+/// URI-encodes a decoded string as SigV4 wants (unreserved kept, everything else %XX).
+pub fn uri_encode(s: &str, keep_slash: bool) -> String {
+    let set = if keep_slash { PATH_SET } else { URI_SET };
+    utf8_percent_encode(s, set).to_string()
+}
+
+/// Percent-decodes bytes into a string, lossily for invalid UTF-8.
+pub fn decode(s: &str) -> String {
+    percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
