@@ -7,9 +7,10 @@ use std::sync::Arc;
 use futures::{stream, StreamExt};
 use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
 
+use crate::error::ControlError;
 use crate::mapper::{Chunk, FileInfo, FileKey};
 use crate::node::Span;
-use crate::state::Control;
+use crate::state::{Control, WarmPhase};
 use crate::warmer::{progress, warm_others, LiveFile};
 
 /// Reads each new live file's footer through node 0 (a bounded suffix; a second read only when
@@ -32,7 +33,7 @@ pub async fn footers(
             let spent = ctl.spent(table);
             if spent >= budget {
                 ctl.table(table, |t| {
-                    t.warm.phase = "over-budget".into();
+                    t.warm.phase = WarmPhase::OverBudget;
                     t.warm.note = format!("stopped at the table budget of {budget} bytes");
                 });
                 return None;
@@ -51,23 +52,27 @@ pub async fn footers(
     out.into_iter().flatten().collect()
 }
 
-async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInfo, String> {
+async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInfo, ControlError> {
+    let bad = |reason: String| ControlError::Footer {
+        key: f.loc.1.clone(),
+        reason,
+    };
     let first_read = ctl.settings.warm.footer_bytes.min(f.size);
     ctl.rate.acquire(first_read).await;
-    let node = ctl.placement.reader(&ctl.nodes).ok_or("no nodes")?;
+    let node = ctl
+        .placement
+        .reader(&ctl.nodes)
+        .ok_or(ControlError::NoNodes)?;
     let (b, k) = (&f.loc.0, &f.loc.1);
-    let r = node
-        .read(b, k, Span::Suffix(first_read), None)
-        .await
-        .map_err(|e| e.to_string())?;
+    let r = node.read(b, k, Span::Suffix(first_read), None).await?;
     let mut warmed = r.bytes.len() as u64;
     let tail: &[u8; 8] = r
         .bytes
         .get(r.bytes.len().saturating_sub(8)..)
         .and_then(|t| t.try_into().ok())
-        .ok_or("file shorter than a Parquet footer")?;
+        .ok_or_else(|| bad("file shorter than a Parquet footer".into()))?;
     let meta_len = FooterTail::try_from(*tail)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| bad(e.to_string()))?
         .metadata_length() as u64;
     let need = meta_len + 8;
     let bytes = if need <= r.bytes.len() as u64 {
@@ -75,16 +80,13 @@ async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInf
             .slice(r.bytes.len() - need as usize..r.bytes.len() - 8)
     } else {
         ctl.rate.acquire(need).await;
-        let again = node
-            .read(b, k, Span::Suffix(need), None)
-            .await
-            .map_err(|e| e.to_string())?;
+        let again = node.read(b, k, Span::Suffix(need), None).await?;
         warmed += need;
         again.bytes.slice(..again.bytes.len().saturating_sub(8))
     };
     let span = Span::Suffix(need.max(first_read));
     warm_others(ctl, &f.loc, span, None).await;
-    let md = ParquetMetaDataReader::decode_metadata(&bytes).map_err(|e| e.to_string())?;
+    let md = ParquetMetaDataReader::decode_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
     let mut chunks: Vec<Chunk> = md
         .row_groups()
         .iter()

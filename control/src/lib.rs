@@ -17,6 +17,7 @@
 //! ```
 
 pub mod config;
+pub mod error;
 pub mod expiry;
 pub mod footer;
 pub mod heat;

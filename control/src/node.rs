@@ -2,7 +2,7 @@
 //! warm, purge, pin classes, drain accesses.
 
 use bytes::Bytes;
-use serde::Deserialize;
+use floe_core::wire;
 
 use crate::config::Node;
 
@@ -27,34 +27,7 @@ pub enum NodeError {
     },
 }
 
-/// Which store of the proxy's cache a read lands in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Store {
-    /// metadata.json, manifests, footers.
-    Metadata,
-    /// Column chunks.
-    Data,
-}
-
-impl Store {
-    fn as_str(self) -> &'static str {
-        match self {
-            Store::Metadata => "metadata",
-            Store::Data => "data",
-        }
-    }
-}
-
-/// Which bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Span {
-    /// Whole object.
-    Whole,
-    /// Bytes first..=last.
-    Range(u64, u64),
-    /// Last n bytes.
-    Suffix(u64),
-}
+pub use floe_core::wire::{Span, StoreName as Store};
 
 /// Bytes of an object and where they sit.
 #[derive(Debug, Clone)]
@@ -69,12 +42,6 @@ pub struct Read {
 
 /// One served read reported by a node: bucket, key, ETag, offset, length.
 pub type Access = (String, String, String, u64, u64);
-
-#[derive(Deserialize)]
-struct Accesses {
-    dropped: u64,
-    accesses: Vec<Access>,
-}
 
 /// A node's admin client.
 #[derive(Debug, Clone)]
@@ -104,10 +71,8 @@ impl NodeClient {
 
     fn query(bucket: &str, key: &str, span: Span, store: Option<Store>) -> Vec<(String, String)> {
         let mut q = vec![("bucket".into(), bucket.into()), ("key".into(), key.into())];
-        match span {
-            Span::Whole => {}
-            Span::Range(a, b) => q.push(("range".into(), format!("{a}-{b}"))),
-            Span::Suffix(n) => q.push(("suffix".into(), n.to_string())),
+        if let Some((name, value)) = span.query() {
+            q.push((name.into(), value));
         }
         if let Some(s) = store {
             q.push(("store".into(), s.as_str().into()));
@@ -158,7 +123,7 @@ impl NodeClient {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        let (first, size) = (num("x-floe-first-byte"), num("x-floe-object-size"));
+        let (first, size) = (num(wire::FIRST_BYTE), num(wire::OBJECT_SIZE));
         let bytes = resp
             .bytes()
             .await
@@ -178,8 +143,8 @@ impl NodeClient {
             .http
             .post(format!("{}/warm", self.node.admin))
             .query(&Self::query(bucket, key, span, store));
-        let v: serde_json::Value = self.json(req).await?;
-        Ok(v["bytes"].as_u64().unwrap_or(0))
+        let doc: wire::WarmDoc = self.json(req).await?;
+        Ok(doc.bytes)
     }
 
     /// Purges one key (mapping and blocks).
@@ -222,8 +187,8 @@ impl NodeClient {
     /// Client reads on the node waiting on origin fills right now.
     pub async fn foreground_misses(&self) -> Result<u64, NodeError> {
         let req = self.http.get(format!("{}/stats", self.node.admin));
-        let v: serde_json::Value = self.json(req).await?;
-        Ok(v["foreground_misses"].as_u64().unwrap_or(0))
+        let doc: wire::StatsDoc = self.json(req).await?;
+        Ok(doc.foreground_misses)
     }
 
     /// Drains up to `max` access records; returns them and the node's dropped count.
@@ -232,8 +197,13 @@ impl NodeClient {
             .http
             .get(format!("{}/accesses", self.node.admin))
             .query(&[("max", max)]);
-        let a: Accesses = self.json(req).await?;
-        Ok((a.accesses, a.dropped))
+        let a: wire::AccessesDoc = self.json(req).await?;
+        let rows = a
+            .accesses
+            .into_iter()
+            .map(|wire::AccessRecord(b, k, e, o, l)| (b, k, e, o, l))
+            .collect();
+        Ok((rows, a.dropped))
     }
 
     async fn json<T: serde::de::DeserializeOwned>(

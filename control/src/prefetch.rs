@@ -12,9 +12,9 @@ use futures::{stream, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::node::Span;
-use crate::state::Control;
+use crate::state::{Control, WarmPhase};
 use crate::warmer::{set_phase, LiveFile, Replaced};
-use crate::worker::{Handle, Shutdown};
+use crate::worker::{Activity, Handle, Shutdown};
 
 /// Runs the prefetcher until shutdown: one replace commit at a time, behind the warmer.
 pub async fn run(
@@ -26,10 +26,10 @@ pub async fn run(
     crate::worker::drain(&h, &mut rx, &mut stop, |job: Replaced| {
         let (ctl, h) = (ctl.clone(), h.clone());
         async move {
-            h.set("working", job.name.clone());
+            h.set(Activity::Working, job.name.clone());
             let bytes = after_replace(&ctl, &job.name, &job.live).await;
             tracing::info!(table = %job.name, bytes, "prefetched after compaction");
-            set_phase(&ctl, &job.name, "warm");
+            set_phase(&ctl, &job.name, WarmPhase::Warm);
         }
     })
     .await

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::error::ControlError;
 use crate::state::Control;
 use crate::worker::{now_secs, pause, Handle, Shutdown};
 
@@ -14,7 +15,7 @@ const SAVE_EVERY: Duration = Duration::from_secs(10);
 
 /// Pulls once from every node (a node that does not answer does not stop the others); returns
 /// accesses recorded, or the unreachable nodes' errors.
-pub async fn pull_once(ctl: &Control) -> Result<usize, String> {
+pub async fn pull_once(ctl: &Control) -> Result<usize, ControlError> {
     let mut n = 0;
     let mut errors = Vec::new();
     let files = ctl.files.load();
@@ -27,13 +28,13 @@ pub async fn pull_once(ctl: &Control) -> Result<usize, String> {
                     ctl.heat.record(files.get(&(bucket, key)), offset, len, now);
                 }
             }
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {
         Ok(n)
     } else {
-        Err(errors.join("; "))
+        Err(ControlError::Nodes(errors))
     }
 }
 

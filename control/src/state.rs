@@ -17,11 +17,30 @@ use crate::node::NodeClient;
 use crate::placement::{EveryNode, Placement};
 use crate::worker::Board;
 
+/// Where warming a table's current commit stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarmPhase {
+    /// A commit was seen; warming has not started.
+    #[default]
+    Pending,
+    /// Metadata, manifests and footers are being warmed.
+    Warming,
+    /// A compaction's hot column chunks are being prefetched.
+    Prefetching,
+    /// Done.
+    Warm,
+    /// Stopped at the table's budget (the note says where).
+    OverBudget,
+    /// Warming failed (the warmer's last error says why).
+    Failed,
+}
+
 /// Warm progress of one table's current commit.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WarmProgress {
-    /// `pending`, `warming`, `prefetching`, `warm`, `over-budget`, `failed`.
-    pub phase: String,
+    /// Its phase.
+    pub phase: WarmPhase,
     /// Objects to warm (metadata.json, manifest list, manifests, footers).
     pub total: u64,
     /// Objects warmed.

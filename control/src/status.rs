@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::state::Control;
-use crate::worker::{Handle, Shutdown};
+use crate::worker::{Activity, Handle, Shutdown};
 
 /// The status document.
 pub fn document(ctl: &Control) -> Value {
@@ -30,7 +30,7 @@ pub fn document(ctl: &Control) -> Value {
 /// the request line is all it reads, so no HTTP framework is pulled in for it.
 pub async fn serve(ctl: Arc<Control>, h: Handle, listener: TcpListener, mut stop: Shutdown) {
     h.set(
-        "idle",
+        Activity::Idle,
         listener
             .local_addr()
             .map(|a| a.to_string())

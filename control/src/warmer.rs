@@ -11,10 +11,11 @@ use iceberg::spec::{DataContentType, DataFileFormat, ManifestStatus, Operation, 
 use iceberg::table::Table;
 use tokio::sync::mpsc;
 
+use crate::error::ControlError;
 use crate::mapper::FileKey;
 use crate::node::{split_location, NodeClient, Span, Store};
-use crate::state::Control;
-use crate::worker::{Handle, Shutdown};
+use crate::state::{Control, WarmPhase};
+use crate::worker::{Activity, Handle, Shutdown};
 
 /// Delete files up to this size are warmed whole into the metadata store (engines read them
 /// whole on every scan of their partition); larger ones are left to the data path.
@@ -61,23 +62,23 @@ pub async fn run(
     crate::worker::drain(&h, &mut rx, &mut quit, |c: Commit| {
         let (ctl, h, prefetch, stop) = (ctl.clone(), h.clone(), prefetch.clone(), stop.clone());
         async move {
-            h.set("working", c.name.clone());
+            h.set(Activity::Working, c.name.clone());
             if let Err(e) = warm_commit(&ctl, &c, &prefetch, stop).await {
                 ctl.table(&c.name, |t| {
-                    t.warm.phase = "failed".into();
-                    t.warm.note = e.clone();
+                    t.warm.phase = WarmPhase::Failed;
+                    t.warm.note = floe_core::chain(&e);
                 });
-                h.error(format!("{}: {e}", c.name));
+                h.error(format!("{}: {}", c.name, floe_core::chain(&e)));
             }
         }
     })
     .await
 }
 
-fn loc(path: &str) -> Result<FileKey, String> {
+fn loc(path: &str) -> Result<FileKey, ControlError> {
     split_location(path)
         .map(|(b, k)| (b.to_owned(), k.to_owned()))
-        .ok_or_else(|| format!("{path} is not an s3:// location"))
+        .ok_or_else(|| ControlError::Location(path.to_owned()))
 }
 
 /// Warms one commit; returns an error text when the walk could not finish.
@@ -86,16 +87,16 @@ pub async fn warm_commit(
     c: &Commit,
     prefetch: &mpsc::Sender<Replaced>,
     stop: Shutdown,
-) -> Result<(), String> {
+) -> Result<(), ControlError> {
     let meta = c.table.metadata();
     let Some(snapshot) = meta.current_snapshot() else {
-        ctl.table(&c.name, |t| t.warm.phase = "warm".into());
+        ctl.table(&c.name, |t| t.warm.phase = WarmPhase::Warm);
         return Ok(());
     };
     let op = snapshot.summary().operation.clone();
     ctl.table(&c.name, |t| {
         t.warm = Default::default();
-        t.warm.phase = "warming".into();
+        t.warm.phase = WarmPhase::Warming;
         t.operation = format!("{op:?}").to_lowercase();
     });
     let mut metadata_keys = Vec::new();
@@ -111,7 +112,7 @@ pub async fn warm_commit(
         .manifest_list_reader(snapshot)
         .load()
         .await
-        .map_err(|e| format!("manifest list: {e}"))?;
+        .map_err(ControlError::iceberg("manifest list"))?;
     let list_key = loc(snapshot.manifest_list())?;
     warm_others(ctl, &list_key, Span::Whole, Some(Store::Metadata)).await;
     metadata_keys.push(list_key);
@@ -131,7 +132,7 @@ pub async fn warm_commit(
     let mut live = Vec::new();
     let mut deletes = Vec::new();
     for (path, m) in manifests {
-        let m = m.map_err(|e| format!("manifest {path}: {e}"))?;
+        let m = m.map_err(ControlError::iceberg(format!("manifest {path}")))?;
         let l = loc(&path)?;
         warm_others(ctl, &l, Span::Whole, Some(Store::Metadata)).await;
         metadata_keys.push(l);
@@ -196,7 +197,7 @@ pub async fn warm_commit(
     let grace = crate::expiry::grace(ctl, meta.properties());
     crate::expiry::schedule(ctl, &c.name, gone, grace, stop);
     if op == Operation::Replace && ctl.settings.prefetch.enabled {
-        set_phase(ctl, &c.name, "prefetching");
+        set_phase(ctl, &c.name, WarmPhase::Prefetching);
         let job = Replaced {
             name: c.name.clone(),
             live,
@@ -205,15 +206,15 @@ pub async fn warm_commit(
             return Ok(()); // the prefetcher marks the table warm when it is done
         }
     }
-    set_phase(ctl, &c.name, "warm");
+    set_phase(ctl, &c.name, WarmPhase::Warm);
     Ok(())
 }
 
 /// Moves the table to `phase` unless warming stopped early (over budget keeps its note).
-pub fn set_phase(ctl: &Control, table: &str, phase: &str) {
+pub fn set_phase(ctl: &Control, table: &str, phase: WarmPhase) {
     ctl.table(table, |t| {
-        if t.warm.phase != "over-budget" {
-            t.warm.phase = phase.into();
+        if t.warm.phase != WarmPhase::OverBudget {
+            t.warm.phase = phase;
         }
     });
 }
@@ -233,13 +234,10 @@ async fn warm_all(
     l: &FileKey,
     span: Span,
     store: Option<Store>,
-) -> Result<(), String> {
+) -> Result<(), ControlError> {
     let mut bytes = 0;
     for n in ctl.placement.targets(&ctl.nodes, &l.0, &l.1) {
-        bytes = n
-            .warm(&l.0, &l.1, span, store)
-            .await
-            .map_err(|e| e.to_string())?;
+        bytes = n.warm(&l.0, &l.1, span, store).await?;
     }
     ctl.rate.acquire(bytes).await;
     progress(ctl, table, 0, 0, bytes);

@@ -10,23 +10,28 @@ use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::{RestCatalog, RestCatalogBuilder};
 use tokio::sync::mpsc;
 
-use crate::state::Control;
+use crate::error::ControlError;
+use crate::state::{Control, WarmPhase};
 use crate::storage::FloeStorageFactory;
 use crate::warmer::Commit;
-use crate::worker::{pause, Handle, Shutdown};
+use crate::worker::{pause, Activity, Handle, Shutdown};
 
 /// Longest back-off after repeated catalog failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Builds the catalog client; its FileIO reads through the first node.
-pub async fn catalog(ctl: &Control) -> Result<RestCatalog, String> {
-    let node = ctl.placement.reader(&ctl.nodes).ok_or("no nodes")?.node();
+pub async fn catalog(ctl: &Control) -> Result<RestCatalog, ControlError> {
+    let node = ctl
+        .placement
+        .reader(&ctl.nodes)
+        .ok_or(ControlError::NoNodes)?
+        .node();
     RestCatalogBuilder::default()
         .with_client(crate::http::shared())
         .with_storage_factory(Arc::new(FloeStorageFactory::new(node)))
         .load("floe", ctl.settings.catalog_props.iter().cloned().collect())
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ControlError::iceberg("catalog client"))
 }
 
 /// The tables to follow right now: the configured ones, or every table of the configured (or
@@ -87,7 +92,7 @@ async fn poll(
             t.metadata_location = location.clone();
             t.snapshot_id = snapshot;
             t.commits += 1;
-            t.warm.phase = "pending".into();
+            t.warm.phase = WarmPhase::Pending;
         });
         seen.insert(name.clone(), location);
         if tx.send(Commit { name, table }).await.is_err() {
@@ -103,11 +108,11 @@ pub async fn run(ctl: Arc<Control>, h: Handle, tx: mpsc::Sender<Commit>, mut sto
     let mut backoff = ctl.settings.poll;
     let mut cat = None;
     loop {
-        h.set("working", "polling the catalog");
+        h.set(Activity::Working, "polling the catalog");
         if cat.is_none() {
             match catalog(&ctl).await {
                 Ok(c) => cat = Some(c),
-                Err(e) => h.error(format!("catalog client: {e}")),
+                Err(e) => h.error(floe_core::chain(&e)),
             }
         }
         let result = match &cat {
@@ -124,7 +129,10 @@ pub async fn run(ctl: Arc<Control>, h: Handle, tx: mpsc::Sender<Commit>, mut sto
             }
             Err(e) => {
                 h.error(format!("catalog: {e}"));
-                h.set("backoff", format!("retrying in {} ms", backoff.as_millis()));
+                h.set(
+                    Activity::Backoff,
+                    format!("retrying in {} ms", backoff.as_millis()),
+                );
                 let w = backoff;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 w

@@ -8,11 +8,28 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
+/// A worker's activity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activity {
+    /// Not run yet.
+    #[default]
+    Starting,
+    /// Waiting for work or the next tick.
+    Idle,
+    /// Doing work (the detail says which).
+    Working,
+    /// Waiting after an error.
+    Backoff,
+    /// Shut down.
+    Stopped,
+}
+
 /// What a worker is doing, as `status` shows it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WorkerState {
-    /// `starting`, `idle`, `working`, `backoff`, `stopped`.
-    pub state: String,
+    /// Its activity.
+    pub state: Activity,
     /// Free text: the table being warmed, the error being backed off from...
     pub detail: String,
     /// The last error, if any, and when (unix seconds).
@@ -28,7 +45,7 @@ pub struct Board(Arc<RwLock<BTreeMap<&'static str, WorkerState>>>);
 impl Board {
     /// A handle for worker `name`.
     pub fn handle(&self, name: &'static str) -> Handle {
-        self.update(name, |s| s.state = "starting".into());
+        self.update(name, |s| s.state = Activity::Starting);
         Handle {
             name,
             board: self.clone(),
@@ -56,10 +73,10 @@ pub struct Handle {
 
 impl Handle {
     /// Sets the state and detail.
-    pub fn set(&self, state: &str, detail: impl Into<String>) {
+    pub fn set(&self, state: Activity, detail: impl Into<String>) {
         let detail = detail.into();
         self.board.update(self.name, |s| {
-            s.state = state.into();
+            s.state = state;
             s.detail = detail;
         });
     }
@@ -68,7 +85,7 @@ impl Handle {
     pub fn done(&self) {
         self.board.update(self.name, |s| {
             s.runs += 1;
-            s.state = "idle".into();
+            s.state = Activity::Idle;
             s.detail.clear();
         });
     }
@@ -134,7 +151,7 @@ where
 {
     tokio::spawn(async move {
         fut.await;
-        handle.set("stopped", "");
+        handle.set(Activity::Stopped, "");
     })
 }
 
@@ -146,12 +163,12 @@ mod tests {
     async fn states_are_visible_and_pause_stops_on_shutdown() {
         let board = Board::default();
         let h = board.handle("w");
-        assert_eq!(board.snapshot()["w"].state, "starting");
-        h.set("working", "t1");
+        assert_eq!(board.snapshot()["w"].state, Activity::Starting);
+        h.set(Activity::Working, "t1");
         h.error("boom");
         h.done();
         let s = &board.snapshot()["w"];
-        assert_eq!((s.state.as_str(), s.runs), ("idle", 1));
+        assert_eq!((s.state, s.runs), (Activity::Idle, 1));
         assert_eq!(s.last_error.as_ref().map(|e| e.1.as_str()), Some("boom"));
         let (tx, mut rx) = watch::channel(false);
         let task = spawn(h, async move {
@@ -159,6 +176,6 @@ mod tests {
         });
         tx.send(true).unwrap();
         task.await.unwrap();
-        assert_eq!(board.snapshot()["w"].state, "stopped");
+        assert_eq!(board.snapshot()["w"].state, Activity::Stopped);
     }
 }

@@ -11,6 +11,8 @@
 //! - `GET /accesses[?max=N]` -> drains the access queue (served reads) for the heat ledger.
 //! - `POST /classify?bucket=B&store=metadata|data` with a body of keys, one per line -> those
 //!   keys are immutable table files of that store; this outranks the path rules.
+//! - `POST /settle` -> answers once every block and mapping written so far is on disk (before
+//!   a planned stop, or a test's kill -9).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -19,8 +21,8 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 
 use floe_core::plugin::{AdminHandler, AdminRequest, AdminResponse};
+use floe_core::wire;
 use floe_core::{BucketName, ObjectKey};
-use serde_json::json;
 
 use crate::cache::{BlockCache, StoreStats};
 use crate::classify::Store;
@@ -61,30 +63,31 @@ impl BlocksAdmin {
         let c = &self.cache;
         let store = |s: &BlockStore, st: &StoreStats, disk: usize| {
             let io = s.statistics();
-            json!({
-                "dram_usage_bytes": s.memory().usage(),
-                "dram_capacity_bytes": s.memory().capacity(),
-                "disk_capacity_bytes": disk,
-                "disk_write_bytes": io.disk_write_bytes(),
-                "disk_read_bytes": io.disk_read_bytes(),
-                "hits": st.hits.load(Ordering::Relaxed),
-                "misses": st.misses.load(Ordering::Relaxed),
-                "inserted": st.inserted.load(Ordering::Relaxed),
-                "admissions_rejected": st.rejected.load(Ordering::Relaxed),
-                "dram_entries": s.memory().entries(),
-                "evictions": st.events.evictions.load(Ordering::Relaxed),
-                "origin_bytes": st.origin_bytes.load(Ordering::Relaxed),
-            })
+            let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            wire::StoreStatsDoc {
+                dram_usage_bytes: s.memory().usage() as u64,
+                dram_capacity_bytes: s.memory().capacity() as u64,
+                disk_capacity_bytes: disk as u64,
+                disk_write_bytes: io.disk_write_bytes() as u64,
+                disk_read_bytes: io.disk_read_bytes() as u64,
+                hits: n(&st.hits),
+                misses: n(&st.misses),
+                inserted: n(&st.inserted),
+                admissions_rejected: n(&st.rejected),
+                dram_entries: s.memory().entries() as u64,
+                evictions: n(&st.events.evictions),
+                origin_bytes: n(&st.origin_bytes),
+            }
         };
-        AdminResponse::json(
+        AdminResponse::doc(
             200,
-            json!({
-                "block_bytes": c.settings.block_bytes,
-                "foreground_misses": c.foreground_misses.load(Ordering::Relaxed),
-                "accesses_dropped": c.access.dropped(),
-                "data": store(&c.data, &c.data_stats, c.settings.data.disk_bytes),
-                "metadata": store(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
-            }),
+            &wire::StatsDoc {
+                block_bytes: c.settings.block_bytes,
+                foreground_misses: c.foreground_misses.load(Ordering::Relaxed),
+                accesses_dropped: c.access.dropped(),
+                data: store(&c.data, &c.data_stats, c.settings.data.disk_bytes),
+                metadata: store(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
+            },
         )
     }
 
@@ -95,11 +98,12 @@ impl BlocksAdmin {
         };
         match (req.query.get("key"), req.query.get("prefix")) {
             (Some(k), None) => {
-                AdminResponse::json(200, json!({"keys": 1, "blocks": filter.purge_key(k).await}))
+                let blocks = filter.purge_key(k).await;
+                AdminResponse::doc(200, &wire::PurgeDoc { keys: 1, blocks })
             }
             (None, Some(p)) => {
                 let (keys, blocks) = filter.purge_prefix(p).await;
-                AdminResponse::json(200, json!({"keys": keys, "blocks": blocks}))
+                AdminResponse::doc(200, &wire::PurgeDoc { keys, blocks })
             }
             _ => AdminResponse::error(400, "use /purge?bucket=&key= or /purge?bucket=&prefix="),
         }
@@ -115,7 +119,7 @@ impl BlocksAdmin {
             Err(e) => return AdminResponse::error(400, e),
         };
         match filter.warm(&b, &k, span, store).await {
-            Ok(bytes) => AdminResponse::json(200, json!({"bytes": bytes})),
+            Ok(bytes) => AdminResponse::doc(200, &wire::WarmDoc { bytes }),
             Err(e) => AdminResponse::error(op_status(&e), e),
         }
     }
@@ -134,8 +138,8 @@ impl BlocksAdmin {
             Ok(out) => AdminResponse {
                 status: 200,
                 headers: vec![
-                    ("x-floe-object-size", out.size.to_string()),
-                    ("x-floe-first-byte", out.first.to_string()),
+                    (wire::OBJECT_SIZE, out.size.to_string()),
+                    (wire::FIRST_BYTE, out.first.to_string()),
                     ("etag", out.etag),
                 ],
                 body: out.bytes,
@@ -148,17 +152,18 @@ impl BlocksAdmin {
     /// `GET /accesses`: drains served-read records.
     fn accesses(&self, req: &AdminRequest) -> AdminResponse {
         let max = req.param("max").parse().unwrap_or(10_000usize);
-        let rows: Vec<serde_json::Value> = self
+        let accesses = self
             .cache
             .access
             .drain(max)
             .into_iter()
-            .map(|a| json!([&*a.bucket, &*a.key, &*a.etag, a.offset, a.len]))
+            .map(|a| {
+                let (b, k, e) = (a.bucket.to_string(), a.key.to_string(), a.etag.to_string());
+                wire::AccessRecord(b, k, e, a.offset, a.len)
+            })
             .collect();
-        AdminResponse::json(
-            200,
-            json!({"dropped": self.cache.access.dropped(), "accesses": rows}),
-        )
+        let dropped = self.cache.access.dropped();
+        AdminResponse::doc(200, &wire::AccessesDoc { dropped, accesses })
     }
 
     /// `POST /classify`: pins the body's keys as immutable files of one store.
@@ -167,18 +172,17 @@ impl BlocksAdmin {
             Ok(f) => f,
             Err(r) => return r,
         };
-        let store = match req.param("store") {
-            "metadata" => Store::Metadata,
-            "data" => Store::Data,
-            _ => return AdminResponse::error(400, "store must be metadata or data"),
+        let Some(store) = wire::StoreName::parse(req.param("store")) else {
+            return AdminResponse::error(400, "store must be metadata or data");
         };
         let keys: Vec<String> = String::from_utf8_lossy(&req.body)
             .lines()
             .filter(|l| !l.is_empty())
             .map(str::to_owned)
             .collect();
-        let pinned = filter.pin(&keys, store);
-        AdminResponse::json(200, json!({"keys": keys.len(), "pinned": pinned}))
+        let pinned = filter.pin(&keys, store.into()) as u64;
+        let keys = keys.len() as u64;
+        AdminResponse::doc(200, &wire::ClassifyDoc { keys, pinned })
     }
 }
 
@@ -191,6 +195,10 @@ impl AdminHandler for BlocksAdmin {
             ("GET", "/accesses") => self.accesses(req),
             ("POST", "/classify") => self.classify(req),
             ("POST", "/purge") => self.purge(req).await,
+            ("POST", "/settle") => {
+                self.cache.settle().await;
+                AdminResponse::doc(200, &self.cache.disk_written())
+            }
             ("POST", "/warm") if req.query.contains_key("key") => self.warm(req).await,
             ("POST", "/warm") => AdminResponse::error(
                 400,
@@ -219,26 +227,15 @@ fn target(req: &AdminRequest) -> Result<Target, String> {
     ) else {
         return Err("invalid bucket or key".into());
     };
-    let span = match (req.query.get("range"), req.query.get("suffix")) {
-        (None, None) => ReadSpan::Whole,
-        (Some(r), None) => match r
-            .split_once('-')
-            .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
-        {
-            Some((Ok(a), Ok(b))) if a <= b => ReadSpan::Range(a, b),
-            _ => return Err("range must be FIRST-LAST".into()),
-        },
-        (None, Some(n)) => match n.parse::<u64>() {
-            Ok(n) if n > 0 => ReadSpan::Suffix(n),
-            _ => return Err("suffix must be a positive byte count".into()),
-        },
-        (Some(_), Some(_)) => return Err("give range or suffix, not both".into()),
-    };
-    let store = match req.query.get("store").map(String::as_str) {
+    let range = req.query.get("range").map(String::as_str);
+    let suffix = req.query.get("suffix").map(String::as_str);
+    let span = ReadSpan::from_query(range, suffix)?;
+    let store = match req.query.get("store") {
         None => None,
-        Some("metadata") => Some(Store::Metadata),
-        Some("data") => Some(Store::Data),
-        Some(other) => return Err(format!("store {other:?} is not metadata or data")),
+        Some(s) => match wire::StoreName::parse(s) {
+            Some(n) => Some(n.into()),
+            None => return Err(format!("store {s:?} is not metadata or data")),
+        },
     };
     Ok((b, k, span, store))
 }

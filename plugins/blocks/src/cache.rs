@@ -50,6 +50,17 @@ pub enum Fill {
     Block,
 }
 
+/// Why the cache could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A classification rule does not compile.
+    #[error(transparent)]
+    Rules(#[from] crate::classify::RuleError),
+    /// A store's disk tier could not be opened or recovered.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
 /// Counters of one store.
 #[derive(Default)]
 pub struct StoreStats {
@@ -93,7 +104,7 @@ pub struct BlockCache {
 
 impl BlockCache {
     /// Opens both stores (recovering their disk tiers), on one node.
-    pub async fn open(settings: CacheSettings) -> Result<Arc<Self>, String> {
+    pub async fn open(settings: CacheSettings) -> Result<Arc<Self>, OpenError> {
         Self::open_with(settings, Arc::new(OneNode)).await
     }
 
@@ -101,7 +112,7 @@ impl BlockCache {
     pub async fn open_with(
         settings: CacheSettings,
         run_split: Arc<dyn RunSplit>,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, OpenError> {
         let classifier = Classifier::new(settings.rules.clone())?;
         let data_stats = StoreStats::default();
         let meta_stats = StoreStats::default();
@@ -111,16 +122,14 @@ impl BlockCache {
             settings.block_bytes as usize,
             data_stats.events.clone(),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let meta = store::open(
             "metadata",
             &settings.meta,
             settings.block_bytes as usize,
             meta_stats.events.clone(),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let width = (settings.data.disk_bytes.max(settings.data.dram_bytes) as u64
             / settings.block_bytes)
             .max(1024) as usize
@@ -138,6 +147,15 @@ impl BlockCache {
             run_split,
             classifier,
         }))
+    }
+
+    /// Bytes both stores have written to disk so far.
+    pub fn disk_written(&self) -> floe_core::wire::SettleDoc {
+        let d =
+            self.data.statistics().disk_write_bytes() + self.meta.statistics().disk_write_bytes();
+        floe_core::wire::SettleDoc {
+            disk_write_bytes: d as u64,
+        }
     }
 
     /// Waits until both stores' pending disk writes are done.

@@ -25,6 +25,15 @@ pub struct Rule {
     pub immutable: bool,
 }
 
+impl From<floe_core::wire::StoreName> for Store {
+    fn from(s: floe_core::wire::StoreName) -> Self {
+        match s {
+            floe_core::wire::StoreName::Metadata => Store::Metadata,
+            floe_core::wire::StoreName::Data => Store::Data,
+        }
+    }
+}
+
 /// The default Iceberg rules, first match wins.
 pub fn iceberg_defaults() -> Vec<Rule> {
     let r = |p: &str, store, immutable| Rule {
@@ -69,15 +78,32 @@ pub struct Class {
     pub parquet: bool,
 }
 
+/// A classification rule that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("pattern {pattern:?}: {source}")]
+pub struct RuleError {
+    /// The glob.
+    pub pattern: String,
+    /// Why it does not compile.
+    #[source]
+    pub source: globset::Error,
+}
+
 impl Classifier {
     /// Compiles rules; an invalid glob names itself.
-    pub fn new(rules: Vec<Rule>) -> Result<Self, String> {
+    pub fn new(rules: Vec<Rule>) -> Result<Self, RuleError> {
         let mut b = GlobSetBuilder::new();
         for r in &rules {
-            let g = Glob::new(&r.pattern).map_err(|e| format!("pattern {:?}: {e}", r.pattern))?;
+            let g = Glob::new(&r.pattern).map_err(|source| RuleError {
+                pattern: r.pattern.clone(),
+                source,
+            })?;
             b.add(g);
         }
-        let set = b.build().map_err(|e| e.to_string())?;
+        let set = b.build().map_err(|source| RuleError {
+            pattern: String::new(),
+            source,
+        })?;
         Ok(Self { set, rules })
     }
 

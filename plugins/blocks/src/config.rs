@@ -157,7 +157,7 @@ pub fn validate(cx: &ConfigCx<'_>, c: &CacheSection) -> Result<CacheSettings, Co
             out
         }
     };
-    Classifier::new(rules.clone()).map_err(|e| cx.err("cache.rules", e))?;
+    Classifier::new(rules.clone()).map_err(|e| cx.err("cache.rules", e.to_string()))?;
     Ok(CacheSettings {
         block_bytes: c.block_bytes,
         footer_bytes: c.footer_bytes,

@@ -43,16 +43,8 @@ impl From<OpError> for floe_core::S3Error {
     }
 }
 
-/// Which bytes of an object a warm or read covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadSpan {
-    /// The whole object.
-    Whole,
-    /// Bytes `first..=last` (clamped to the object).
-    Range(u64, u64),
-    /// The last `n` bytes (the whole object when it is shorter).
-    Suffix(u64),
-}
+/// Which bytes of an object a warm or read covers (the admin API's span).
+pub use floe_core::wire::Span as ReadSpan;
 
 /// Collects a read's bytes (or only counts them through, when not kept).
 struct Collect(BytesMut, bool);

@@ -18,6 +18,7 @@ mod origin;
 pub mod plugin;
 mod types;
 pub mod uri;
+pub mod wire;
 
 pub use error::{chain, Cause, S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};

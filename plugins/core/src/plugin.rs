@@ -165,7 +165,15 @@ impl AdminResponse {
         }
     }
 
-    /// A JSON `{"error": ...}` answer.
+    /// A wire document (see [`crate::wire`]) as JSON.
+    pub fn doc<T: serde::Serialize>(status: u16, doc: &T) -> Self {
+        match serde_json::to_value(doc) {
+            Ok(v) => Self::json(status, v),
+            Err(e) => Self::error(500, e),
+        }
+    }
+
+    /// A JSON `{"error": ...}` answer (a [`crate::wire::ErrorDoc`]).
     pub fn error(status: u16, message: impl std::fmt::Display) -> Self {
         Self::json(status, serde_json::json!({ "error": message.to_string() }))
     }

@@ -1,0 +1,203 @@
+//! The admin API's wire contract, defined once: the query forms and JSON documents of the
+//! cache's admin endpoints, written by floe-proxy (floe-blocks' admin.rs) and read by
+//! floe-control (its node client). A field renamed here changes both sides at once.
+
+use serde::{Deserialize, Serialize};
+
+/// Response header of `GET /object`: the object's size.
+pub const OBJECT_SIZE: &str = "x-floe-object-size";
+/// Response header of `GET /object`: the object offset of the first byte returned.
+pub const FIRST_BYTE: &str = "x-floe-first-byte";
+
+/// Which store of the cache bytes land in (`store=` in queries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreName {
+    /// metadata.json, manifests, footers.
+    Metadata,
+    /// Column chunks.
+    Data,
+}
+
+impl StoreName {
+    /// The query form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreName::Metadata => "metadata",
+            StoreName::Data => "data",
+        }
+    }
+
+    /// Parses the query form.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "metadata" => Some(StoreName::Metadata),
+            "data" => Some(StoreName::Data),
+            _ => None,
+        }
+    }
+}
+
+/// Which bytes of an object a warm or read covers (`range=FIRST-LAST` or `suffix=N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    /// The whole object.
+    Whole,
+    /// Bytes `first..=last` (clamped to the object).
+    Range(u64, u64),
+    /// The last `n` bytes (the whole object when it is shorter).
+    Suffix(u64),
+}
+
+impl Span {
+    /// The query parameter that carries this span, if any.
+    pub fn query(self) -> Option<(&'static str, String)> {
+        match self {
+            Span::Whole => None,
+            Span::Range(a, b) => Some(("range", format!("{a}-{b}"))),
+            Span::Suffix(n) => Some(("suffix", n.to_string())),
+        }
+    }
+
+    /// Parses the `range` and `suffix` query parameters.
+    pub fn from_query(range: Option<&str>, suffix: Option<&str>) -> Result<Self, &'static str> {
+        match (range, suffix) {
+            (None, None) => Ok(Span::Whole),
+            (Some(r), None) => match r
+                .split_once('-')
+                .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
+            {
+                Some((Ok(a), Ok(b))) if a <= b => Ok(Span::Range(a, b)),
+                _ => Err("range must be FIRST-LAST"),
+            },
+            (None, Some(n)) => match n.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Span::Suffix(n)),
+                _ => Err("suffix must be a positive byte count"),
+            },
+            (Some(_), Some(_)) => Err("give range or suffix, not both"),
+        }
+    }
+}
+
+/// Counters of one store (`GET /stats`); the names say the unit.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatsDoc {
+    pub dram_usage_bytes: u64,
+    pub dram_capacity_bytes: u64,
+    pub disk_capacity_bytes: u64,
+    pub disk_write_bytes: u64,
+    pub disk_read_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub inserted: u64,
+    pub admissions_rejected: u64,
+    pub dram_entries: u64,
+    pub evictions: u64,
+    pub origin_bytes: u64,
+}
+
+/// `GET /stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsDoc {
+    /// Block geometry.
+    pub block_bytes: u64,
+    /// Client reads waiting on the origin now (prefetch yields to them).
+    pub foreground_misses: u64,
+    /// Access records dropped because the queue was full.
+    pub accesses_dropped: u64,
+    /// The data store.
+    pub data: StoreStatsDoc,
+    /// The metadata store.
+    pub metadata: StoreStatsDoc,
+}
+
+/// `POST /warm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmDoc {
+    /// Bytes of the blocks warmed.
+    pub bytes: u64,
+}
+
+/// `POST /purge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeDoc {
+    /// Keys purged.
+    pub keys: u64,
+    /// Blocks removed.
+    pub blocks: u64,
+}
+
+/// `POST /classify`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassifyDoc {
+    /// Keys in the request.
+    pub keys: u64,
+    /// Keys pinned now on the route.
+    pub pinned: u64,
+}
+
+/// One served read: bucket, key, ETag, offset, length (a JSON array).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRecord(pub String, pub String, pub String, pub u64, pub u64);
+
+/// `GET /accesses`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessesDoc {
+    /// Records dropped since start (queue full).
+    pub dropped: u64,
+    /// The records drained.
+    pub accesses: Vec<AccessRecord>,
+}
+
+/// `POST /settle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettleDoc {
+    /// Bytes both stores have written to disk, all pending writes included.
+    pub disk_write_bytes: u64,
+}
+
+/// `POST /catalog/purge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogPurgeDoc {
+    /// Cached answers dropped.
+    pub purged: u64,
+}
+
+/// Any admin error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDoc {
+    /// What went wrong.
+    pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_round_trip_through_their_query_form() {
+        for s in [Span::Whole, Span::Range(3, 9), Span::Suffix(64)] {
+            let q = s.query();
+            let (r, x) = match &q {
+                Some(("range", v)) => (Some(v.as_str()), None),
+                Some((_, v)) => (None, Some(v.as_str())),
+                None => (None, None),
+            };
+            assert_eq!(Span::from_query(r, x), Ok(s));
+        }
+        assert!(Span::from_query(Some("9-3"), None).is_err());
+        assert!(Span::from_query(None, Some("0")).is_err());
+    }
+
+    #[test]
+    fn access_records_are_arrays() {
+        let doc = AccessesDoc {
+            dropped: 1,
+            accesses: vec![AccessRecord("b".into(), "k".into(), "\"e\"".into(), 0, 10)],
+        };
+        let text = serde_json::to_string(&doc).unwrap();
+        assert_eq!(text, r#"{"dropped":1,"accesses":[["b","k","\"e\"",0,10]]}"#);
+        assert_eq!(serde_json::from_str::<AccessesDoc>(&text).unwrap(), doc);
+    }
+}
