@@ -14,7 +14,6 @@ use floe_core::plugin::{AdminHandler, AdminRequest, AdminResponse};
 use floe_core::uri::decode;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
-use serde_json::json;
 
 use crate::catalog::CatalogRoute;
 
@@ -83,7 +82,8 @@ impl AdminApp {
         match &self.catalog {
             Some(c) => {
                 let purged = c.purge(req.param("namespace")).await;
-                AdminResponse::json(200, json!({ "purged": purged }))
+                let purged = purged as u64;
+                AdminResponse::doc(200, &floe_core::wire::CatalogPurgeDoc { purged })
             }
             None => AdminResponse::error(404, "no catalog route configured"),
         }

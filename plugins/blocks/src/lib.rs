@@ -26,6 +26,7 @@ pub mod plugin;
 pub mod range;
 mod reader;
 mod resolve;
+mod serve;
 mod sketch;
 mod store;
 mod tap;

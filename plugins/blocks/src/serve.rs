@@ -1,0 +1,200 @@
+//! Serving a read from the cache: open (resolve the version, plan the blocks, label the
+//! response), then stream the blocks to a sink; the HTTP pieces of a client response.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::filter::BlockFilter;
+use crate::inflight::FillError;
+use crate::mapping::Mapping;
+use crate::range::{blocks_of, resolve, RangeAsk};
+use crate::reader::{BlockReader, Plan};
+use crate::resolve::{Probe, Resolution};
+use crate::tap::{ServeError, Sink};
+
+/// A read the cache will answer: the version, the status and byte range, and the reader that
+/// serves it block by block.
+pub(crate) struct Opened {
+    pub(crate) map: Arc<Mapping>,
+    pub(crate) status: u16,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+    pub(crate) reader: BlockReader,
+    /// `hit`, `miss` or `partial`.
+    pub(crate) label: &'static str,
+    /// Bytes the reader will fetch from the origin.
+    pub(crate) missing: u64,
+}
+
+impl BlockFilter {
+    /// Resolves the request's key and plans the read of `range` (the Range header): `Ok(None)`
+    /// when the origin should answer instead (unknown key, multi-range, origin trouble).
+    pub(crate) async fn open(
+        &self,
+        ctx: &FilterCtx,
+        range: Option<&str>,
+        head: bool,
+    ) -> Result<Option<Opened>, S3Error> {
+        // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
+        let probe = if head { Probe::Head } else { Probe::Get(range) };
+        let Ok(Some(Resolution {
+            map,
+            known,
+            adopted,
+        })) = self.resolve(ctx, probe).await
+        else {
+            return Ok(None);
+        };
+        let size = map.size;
+        let (first, last, status) = match resolve(range, size) {
+            RangeAsk::Multi => return Ok(None),
+            RangeAsk::Unsatisfiable => return Err(S3Error::invalid_range(size)),
+            RangeAsk::Whole if size == 0 => (0, 0, 200),
+            RangeAsk::Whole => (0, size - 1, 200),
+            RangeAsk::Part { first, last } => (first, last, 206),
+        };
+        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
+            return Ok(None);
+        };
+        let target = self.target(bucket, key, &map);
+        let mut reader = BlockReader::new(
+            self.cache.clone(),
+            self.origin.clone(),
+            target,
+            (first, last),
+            false,
+        );
+        if let Some(a) = adopted {
+            reader.attach(a);
+        }
+        let plan = if head || size == 0 {
+            Plan::default()
+        } else {
+            reader.plan().await
+        };
+        let label = match (head || size == 0, plan.missing_bytes, plan.cached) {
+            (true, _, _) if known => "hit",
+            (true, _, _) => "miss",
+            (false, 0, _) => "hit",
+            (false, _, 0) => "miss",
+            _ => "partial",
+        };
+        Ok(Some(Opened {
+            map,
+            status,
+            first,
+            last,
+            reader,
+            label,
+            missing: plan.missing_bytes,
+        }))
+    }
+}
+
+impl BlockFilter {
+    /// Serves bytes `first..=last` through `reader` into `sink`. A version that changed under
+    /// the read drops its mapping (the next read re-resolves); the error means the response
+    /// must be cut short, never completed.
+    pub(crate) async fn stream(
+        &self,
+        reader: &mut BlockReader,
+        key: &ObjectKey,
+        (first, last): (u64, u64),
+        sink: &mut dyn Sink,
+    ) -> Result<(), S3Error> {
+        let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
+        for i in b0..=b1 {
+            if let Err(e) = reader.serve(i, sink).await {
+                if e == ServeError::Fill(FillError::Changed) {
+                    self.map.drop_key(key.as_str());
+                }
+                return Err(S3Error::new(
+                    S3ErrorCode::InternalError,
+                    "We encountered an internal error. Please try again.",
+                )
+                .caused_by(e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A response's body, written to the client as the reader produces it.
+pub(crate) struct ClientSink<'a>(pub(crate) &'a mut Session);
+
+#[async_trait]
+impl Sink for ClientSink<'_> {
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ServeError> {
+        self.0
+            .write_response_body(Some(bytes), false)
+            .await
+            .map_err(|e| ServeError::Sink(e.to_string()))
+    }
+}
+
+/// Holds one unit of a gauge until dropped.
+pub(crate) struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    pub(crate) fn enter(g: &'a AtomicU64) -> Self {
+        g.fetch_add(1, Ordering::Relaxed);
+        Self(g)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) fn internal(e: Box<pingora::Error>) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::InternalError,
+        "We encountered an internal error. Please try again.",
+    )
+    .caused_by(e)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn response_header(
+    map: &Mapping,
+    status: u16,
+    first: u64,
+    last: u64,
+    len: u64,
+    label: &str,
+    origin_bytes: u64,
+    ctx: &FilterCtx,
+) -> Result<ResponseHeader, S3Error> {
+    let e = |e: Box<pingora::Error>| internal(e);
+    let mut r = ResponseHeader::build(status, Some(12)).map_err(e)?;
+    r.insert_header("content-length", len.to_string())
+        .map_err(e)?;
+    r.insert_header("etag", map.etag.as_str()).map_err(e)?;
+    r.insert_header("accept-ranges", "bytes").map_err(e)?;
+    if status == 206 {
+        r.insert_header(
+            "content-range",
+            format!("bytes {first}-{last}/{}", map.size),
+        )
+        .map_err(e)?;
+    }
+    for (k, v) in &map.headers {
+        r.append_header(k.clone(), v.clone()).map_err(e)?;
+    }
+    r.insert_header("x-floe-cache", label).map_err(e)?;
+    r.insert_header("x-floe-origin-bytes", origin_bytes.to_string())
+        .map_err(e)?;
+    r.insert_header("x-amz-request-id", ctx.request_id.to_string())
+        .map_err(e)?;
+    r.insert_header("x-floe-request-id", ctx.request_id.to_string())
+        .map_err(e)?;
+    Ok(r)
+}
