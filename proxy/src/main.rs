@@ -16,6 +16,7 @@ mod origin;
 mod origin_reader;
 mod otel;
 mod respond;
+mod route_config;
 mod routes;
 mod runtime;
 mod s3;

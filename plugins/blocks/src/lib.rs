@@ -22,6 +22,7 @@ mod inflight;
 mod mapping;
 mod ops;
 pub mod placement;
+mod plan;
 pub mod plugin;
 pub mod range;
 mod reader;

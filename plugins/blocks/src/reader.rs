@@ -11,19 +11,18 @@ use floe_core::OriginReader;
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use crate::adopt::{adopt, Adopted, Pending};
-use crate::block::{Block, Span, MAX_SPANS};
-use crate::cache::{BlockCache, Fill};
+use crate::block::{Block, Span};
+use crate::cache::BlockCache;
 use crate::classify::Store;
 use crate::fill::{fill, store_piece, unshared, RunItem};
 use crate::inflight::{self, Claim, FillError, Slot};
-use crate::range::block_span;
 use crate::store::BlockKey;
 use crate::tap::{ServeError, Sink, Tap};
 pub use crate::target::Target;
 
 /// Blocks a response looks up before it starts (to label it hit/miss/partial exactly); the
 /// entries are kept and served, so planning costs no extra lookups.
-const PLAN: usize = 8;
+pub(crate) const PLAN: usize = 8;
 /// Times a read waits on other reads' fills of one block that do not bring its bytes before it
 /// fetches them itself, beside the fill in flight (parallel readers of different ranges of one
 /// block, DuckDB's column chunks, must not queue behind each other's round trips).
@@ -40,19 +39,19 @@ pub struct Plan {
 
 /// Serves bytes `first..=last` of one object version.
 pub struct BlockReader {
-    cache: Arc<BlockCache>,
-    origin: Arc<dyn OriginReader>,
-    target: Target,
-    first: u64,
-    last: u64,
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) origin: Arc<dyn OriginReader>,
+    pub(crate) target: Target,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
     /// Fill whole blocks whatever `Fill` says, and return only once they are stored (warming).
-    whole: bool,
-    planned: [Option<Block>; PLAN],
+    pub(crate) whole: bool,
+    pub(crate) planned: [Option<Block>; PLAN],
     /// Blocks claimed ahead by this reader's runs (with the in-block bytes its own fill
     /// fetches) or by others' fills it met while claiming.
-    pending: VecDeque<Pending>,
+    pub(crate) pending: VecDeque<Pending>,
     /// The body of the last fill this reader started.
-    tap: Option<Tap>,
+    pub(crate) tap: Option<Tap>,
 }
 
 /// How a block's bytes come.
@@ -90,98 +89,17 @@ impl BlockReader {
         }
     }
 
-    fn bs(&self) -> u64 {
+    pub(crate) fn bs(&self) -> u64 {
         self.cache.settings.block_bytes
     }
 
-    fn key(&self, index: u64) -> BlockKey {
+    pub(crate) fn key(&self, index: u64) -> BlockKey {
         self.target.block_key(index, self.bs())
     }
 
-    fn store(&self, index: u64) -> Store {
+    pub(crate) fn store(&self, index: u64) -> Store {
         self.cache
             .store_of(self.target.map.class, index, self.target.map.size)
-    }
-
-    /// The block's length and the in-block bytes `lo..hi` this response needs of it.
-    fn need(&self, index: u64) -> (u32, u32, u32) {
-        let (start, len) = block_span(index, self.bs(), self.target.map.size);
-        let lo = self.first.max(start) - start;
-        let hi = (self.last + 1).min(start + len) - start;
-        (len as u32, lo as u32, hi as u32)
-    }
-
-    /// The in-block bytes a fill of `index` fetches, given what the block holds.
-    fn fetch(&self, index: u64, held: Option<&Block>) -> Option<(u32, u32)> {
-        let (len, lo, hi) = self.need(index);
-        let whole = self.whole
-            || self.cache.settings.fill == Fill::Block
-            || self.store(index) == Store::Metadata
-            || held.is_some_and(|b| b.spans() >= MAX_SPANS);
-        let Some(b) = held else {
-            return Some(if whole { (0, len) } else { (lo, hi) });
-        };
-        if self.whole {
-            return b.missing(0, len);
-        }
-        // Everything a client read needs is here (a block at MAX_SPANS too): nothing to fetch.
-        let (a, z) = b.missing(lo, hi)?;
-        if whole {
-            return b.missing(0, len);
-        }
-        // A read that starts where a cached span ends is sequential: read the block ahead.
-        if a == lo && b.span_ends_at(lo) {
-            return b.missing(a, len).or(Some((a, z)));
-        }
-        Some((a, z))
-    }
-
-    fn block_range(&self) -> (u64, u64) {
-        (self.first / self.bs(), self.last / self.bs())
-    }
-
-    /// Looks up the first blocks of the response and says what it will cost; the rest are
-    /// judged by presence alone (a partial entry there counts as cached).
-    pub async fn plan(&mut self) -> Plan {
-        let mut plan = Plan::default();
-        let (b0, b1) = self.block_range();
-        for i in b0..=b1 {
-            // Blocks the resolving GET is filling for this response.
-            let own = self
-                .pending
-                .iter()
-                .find(|p| p.index == i)
-                .and_then(|p| p.own);
-            if let Some((from, to)) = own {
-                plan.missing_bytes += u64::from(to - from);
-                continue;
-            }
-            let key = self.key(i);
-            let store = self.store(i);
-            let slot = (i - b0) as usize;
-            let held = if slot < PLAN {
-                let b = self.cache.lookup(&key, store).await;
-                self.planned[slot] = b.clone();
-                b
-            } else if self.cache.contains(&key, store) {
-                plan.cached += 1;
-                continue;
-            } else {
-                None
-            };
-            match self.fetch(i, held.as_ref()) {
-                None => plan.cached += 1,
-                // As start_fill does: a fill running on into the next (uncached) block fetches
-                // this one to its end.
-                Some((a, _))
-                    if i < b1 && !self.cache.contains(&self.key(i + 1), self.store(i + 1)) =>
-                {
-                    plan.missing_bytes += u64::from(self.need(i).0 - a)
-                }
-                Some((a, z)) => plan.missing_bytes += u64::from(z - a),
-            }
-        }
-        plan
     }
 
     /// Puts the bytes this response needs of block `index` into `sink`: from the cache, from
