@@ -109,14 +109,17 @@ impl BlocksAdmin {
         }
     }
 
+    /// The route's stage and what a warm or read addresses.
+    fn addressed(&self, req: &AdminRequest) -> Result<(Arc<BlockFilter>, Target), AdminResponse> {
+        let filter = self.route(req)?;
+        let t = target(req).map_err(|e| AdminResponse::error(400, e))?;
+        Ok((filter, t))
+    }
+
     async fn warm(&self, req: &AdminRequest) -> AdminResponse {
-        let filter = match self.route(req) {
-            Ok(f) => f,
+        let (filter, (b, k, span, store)) = match self.addressed(req) {
+            Ok(a) => a,
             Err(r) => return r,
-        };
-        let (b, k, span, store) = match target(req) {
-            Ok(t) => t,
-            Err(e) => return AdminResponse::error(400, e),
         };
         match filter.warm(&b, &k, span, store).await {
             Ok(bytes) => AdminResponse::doc(200, &wire::WarmDoc { bytes }),
@@ -126,13 +129,9 @@ impl BlocksAdmin {
 
     /// `GET /object`: bytes through the cache, raw.
     async fn object(&self, req: &AdminRequest) -> AdminResponse {
-        let filter = match self.route(req) {
-            Ok(f) => f,
+        let (filter, (b, k, span, store)) = match self.addressed(req) {
+            Ok(a) => a,
             Err(r) => return r,
-        };
-        let (b, k, span, store) = match target(req) {
-            Ok(t) => t,
-            Err(e) => return AdminResponse::error(400, e),
         };
         match filter.read(&b, &k, span, store).await {
             Ok(out) => AdminResponse {

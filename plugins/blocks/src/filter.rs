@@ -17,7 +17,7 @@ use crate::classify::Class;
 use crate::delete::DeleteBody;
 use crate::inflight::SingleFlight;
 use crate::mapping::{Mapping, MappingTable};
-use crate::reader::Target;
+use crate::reader::{BlockReader, Target};
 use crate::serve::{internal, response_header, ClientSink, InFlight, Opened};
 
 /// Most keys the control plane can pin per route. Pins cost ~150 bytes each; a table with more
@@ -89,6 +89,19 @@ impl BlockFilter {
             object_key: key.shared(),
             map: map.clone(),
         }
+    }
+
+    /// A reader of bytes `first..=last` of version `map` of `key`; `whole` fills whole blocks
+    /// (warming).
+    pub(crate) fn reader(
+        &self,
+        (bucket, key): (&BucketName, &ObjectKey),
+        map: &Arc<Mapping>,
+        span: (u64, u64),
+        whole: bool,
+    ) -> BlockReader {
+        let target = self.target(bucket, key, map);
+        BlockReader::new(self.cache.clone(), self.origin.clone(), target, span, whole)
     }
 
     /// Drops the mapping of `key` (memory and persisted).

@@ -10,7 +10,6 @@ use crate::classify::{Class, Store};
 use crate::filter::BlockFilter;
 use crate::mapping::Mapping;
 use crate::range::{block_span, blocks_of};
-use crate::reader::BlockReader;
 use crate::resolve::Probe;
 use crate::tap::{ServeError, Sink};
 
@@ -246,14 +245,7 @@ impl BlockFilter {
         out.first = first;
         let bs = self.cache.settings.block_bytes;
         let (b0, b1) = blocks_of(first, last, bs);
-        let target = self.target(bucket, key, &map);
-        let mut reader = BlockReader::new(
-            self.cache.clone(),
-            self.origin.clone(),
-            target,
-            (first, last),
-            true,
-        );
+        let mut reader = self.reader((bucket, key), &map, (first, last), true);
         let mut warmed = 0;
         let mut sink = Collect(BytesMut::new(), keep);
         for i in b0..=b1 {

@@ -62,14 +62,7 @@ impl BlockFilter {
         let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
             return Ok(None);
         };
-        let target = self.target(bucket, key, &map);
-        let mut reader = BlockReader::new(
-            self.cache.clone(),
-            self.origin.clone(),
-            target,
-            (first, last),
-            false,
-        );
+        let mut reader = self.reader((bucket, key), &map, (first, last), false);
         if let Some(a) = adopted {
             reader.attach(a);
         }
