@@ -187,6 +187,8 @@ def test_delete_objects_through_floe_survives_restart(relay, direct, tmp_path, s
     assert [d["Key"] for d in out["Deleted"]] == [gone]
     assert get(a.port, urllib.parse.quote(kept)).headers["x-floe-cache"] == "hit"
     a.stop()
+    # The cache plugin's background service settles the disk writes on SIGTERM.
+    assert b"block cache writes settled for shutdown" in (tmp_path / "a" / "floe.log").read_bytes()
 
     (tmp_path / "b").mkdir()
     b = started(tmp_path / "b", relay.port, cache_dir)

@@ -9,6 +9,9 @@ use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::plugin::{AdminHandler, Configured, Plugin, PluginFactory, RouteCx, StartError};
 use floe_core::RequestFilter;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::{background_service, BackgroundService};
+use pingora::services::ServiceWithDependents;
 
 use crate::admin::BlocksAdmin;
 use crate::cache::{BlockCache, CacheSettings};
@@ -128,5 +131,33 @@ impl Plugin for BlocksPlugin {
     fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
         let cache = self.cache.clone()?;
         Some(Arc::new(BlocksAdmin::new(cache, self.routes.clone())))
+    }
+
+    fn background(&self) -> Vec<Box<dyn ServiceWithDependents>> {
+        let Some(cache) = self.cache.clone() else {
+            return Vec::new();
+        };
+        vec![Box::new(background_service(
+            "floe-cache-settle",
+            SettleOnShutdown(cache),
+        ))]
+    }
+}
+
+/// On shutdown, waits for the stores' pending disk writes (blocks, mappings, tombstones), so
+/// a stopped node restarts with everything it had written; the stores stay open for the
+/// transfers the grace period lets finish.
+struct SettleOnShutdown(Arc<BlockCache>);
+
+#[async_trait]
+impl BackgroundService for SettleOnShutdown {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        while !*shutdown.borrow() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        self.0.settle().await;
+        tracing::info!("block cache writes settled for shutdown");
     }
 }
