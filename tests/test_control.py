@@ -476,6 +476,44 @@ def test_compaction_prefetch_keeps_the_working_set_warm(stack, relay):
     assert off["prefetched"] == 0 and off["data"][0] <= 0.05, report
 
 
+def test_https_catalog_and_nodes_with_a_private_ca(stack, relay, tmp_path):
+    """floe-control follows a catalog and warms nodes over https, trusting a private CA given by
+    tls.ca_file; without it the same catalog is refused (the certificate is not trusted)."""
+    from tls_relay import TlsRelay, make_ca
+    # Commit first, with only the stack's floe-control polling: the fixture's SQLite store can
+    # refuse a commit while several pollers hold read locks. A new floe-control warms the
+    # current snapshot of every table on its first poll.
+    t = stack["writer"].create_table(f"{NS}.tls_events", schema=batch(0, 1).schema)
+    t.append(batch(0, 50))
+    ca, cert, key = make_ca(tmp_path)
+    front = TlsRelay(stack["rest_port"], cert, key)
+    (tmp_path / "floe").mkdir()
+    floe = start_cached_floe(tmp_path / "floe", relay.port, tmp_path / "cache",
+                             admin_tls=(ca, cert, key))
+    assert "data" in floe.admin("GET", "/stats")  # the admin API answers over TLS
+    (tmp_path / "ctl").mkdir()
+    ctl = Control(tmp_path / "ctl", front.port, floe.admin_port, scheme="https",
+                  extra=f"tls: {{ca_file: {ca}}}")
+    try:
+        snap = t.current_snapshot().snapshot_id
+        warm = ctl.wait_warm(f"{NS}.tls_events", snap)
+        assert warm["warm"]["bytes"] > 0, warm
+        assert front.handshakes > 0
+        assert floe.admin("GET", "/stats")["metadata"]["inserted"] > 0
+    finally:
+        ctl.stop()
+        floe.stop()
+    (tmp_path / "untrusting").mkdir()
+    bare = Control(tmp_path / "untrusting", front.port, stack["floe"].admin_port, scheme="https")
+    try:
+        doc = bare.wait(lambda d: d["workers"]["watcher"].get("last_error"), "a TLS refusal")
+        assert "certificate" in doc["workers"]["watcher"]["last_error"][1].lower(), doc["workers"]
+        assert f"{NS}.tls_events" not in doc["tables"]
+    finally:
+        bare.stop()
+        front.close()
+
+
 def test_catalog_outage_does_not_disturb_reads(stack, relay):
     ctl, floe = stack["ctl"], stack["floe"]
     t = stack["writer"].load_table(f"{NS}.events")
@@ -503,38 +541,3 @@ def test_catalog_outage_does_not_disturb_reads(stack, relay):
     assert e.value.code == 503
     assert json.loads(e.value.read())["error"]["type"] == "ServiceUnavailableException"
     stack["rest"] = start_rest(stack["tmp"], relay.upstream[1], stack["rest_port"])
-
-
-def test_https_catalog_and_nodes_with_a_private_ca(stack, relay, tmp_path):
-    """floe-control follows a catalog and warms nodes over https, trusting a private CA given by
-    tls.ca_file; without it the same catalog is refused (the certificate is not trusted)."""
-    from tls_relay import TlsRelay, make_ca
-    ca, cert, key = make_ca(tmp_path)
-    front = TlsRelay(stack["rest_port"], cert, key)
-    (tmp_path / "floe").mkdir()
-    floe = start_cached_floe(tmp_path / "floe", relay.port, tmp_path / "cache",
-                             admin_tls=(ca, cert, key))
-    assert "data" in floe.admin("GET", "/stats")  # the admin API answers over TLS
-    (tmp_path / "ctl").mkdir()
-    ctl = Control(tmp_path / "ctl", front.port, floe.admin_port, scheme="https",
-                  extra=f"tls: {{ca_file: {ca}}}")
-    t = stack["writer"].create_table(f"{NS}.tls_events", schema=batch(0, 1).schema)
-    t.append(batch(0, 50))
-    try:
-        snap = t.current_snapshot().snapshot_id
-        warm = ctl.wait_warm(f"{NS}.tls_events", snap)
-        assert warm["warm"]["bytes"] > 0, warm
-        assert front.handshakes > 0
-        assert floe.admin("GET", "/stats")["metadata"]["inserted"] > 0
-    finally:
-        ctl.stop()
-        floe.stop()
-    (tmp_path / "untrusting").mkdir()
-    bare = Control(tmp_path / "untrusting", front.port, stack["floe"].admin_port, scheme="https")
-    try:
-        doc = bare.wait(lambda d: d["workers"]["watcher"].get("last_error"), "a TLS refusal")
-        assert "certificate" in doc["workers"]["watcher"]["last_error"][1].lower(), doc["workers"]
-        assert f"{NS}.tls_events" not in doc["tables"]
-    finally:
-        bare.stop()
-        front.close()

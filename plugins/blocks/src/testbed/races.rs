@@ -74,7 +74,7 @@ async fn a_run_of_adjacent_missing_blocks_is_one_ranged_get() {
 }
 
 /// A cached tail in the middle of a run is fetched again rather than split the run in two
-/// GETs (backs the bench's 1 MiB random ranges: origin bytes <= 2x served).
+/// GETs. Backs test_a_run_refetches_a_cached_tail_instead_of_a_second_get.
 #[tokio::test(start_paused = true)]
 async fn a_cached_tail_inside_a_run_costs_no_second_get() {
     let bed = Bed::new().await;
@@ -99,7 +99,7 @@ async fn a_cached_tail_inside_a_run_costs_no_second_get() {
 }
 
 /// An object rewritten while a fill streams: the fill's body is of the version it asked for,
-/// so the read is that version whole, never a mix.
+/// so the read is that version whole, never a mix. Backs test_no_response_mixes_versions.
 #[tokio::test(start_paused = true)]
 async fn a_rewrite_during_a_fill_never_mixes_versions() {
     let bed = Arc::new(Bed::new().await);
@@ -124,7 +124,7 @@ async fn a_rewrite_during_a_fill_never_mixes_versions() {
 /// A rewritable object whose cached mapping went stale: the fill's If-Match fails, the
 /// response is cut after the old version's cached bytes (never finished with new bytes), the
 /// mapping is dropped, and the next read serves the new version whole.
-/// Backs test_overwrite_changes_etag_and_bytes.
+/// Backs test_overwrite_through_floe_is_seen and test_no_response_mixes_versions.
 #[tokio::test(start_paused = true)]
 async fn an_etag_change_mid_read_cuts_the_response_and_re_resolves() {
     let bed = Bed::new().await;
@@ -147,7 +147,7 @@ async fn an_etag_change_mid_read_cuts_the_response_and_re_resolves() {
 
 /// A fill cut short by the origin: the reader that started it fails (its client must see a
 /// broken transfer, not a short body), and a reader waiting on one of its blocks fails over
-/// to a fill of its own. Backs test_origin_cut_mid_body_is_never_a_short_200.
+/// to a fill of its own. Backs test_reset_mid_get_fails_the_transfer.
 #[tokio::test(start_paused = true)]
 async fn a_dying_fill_fails_its_reader_and_its_waiters_fail_over() {
     let bed = Arc::new(Bed::new().await);
