@@ -239,3 +239,60 @@ def test_sigv2_presign_is_refused_clearly(url, nothing_reaches_origin):
     r = HTTP.request("GET", url("k") + "?AWSAccessKeyId=a&Signature=x&Expires=9999999999")
     assert err(r) == (400, "InvalidRequest")
     assert b"AWS4-HMAC-SHA256" in r.data
+
+
+def expect_continue_put(port, path, body=b"small body", key=CLIENT):
+    """A signed PUT with Expect: 100-continue over a raw socket; returns every status line and
+    the final response's body (S3 may answer 100 first, or the final answer at once)."""
+    import socket
+    url = f"http://127.0.0.1:{port}{path}"
+    req = sign("PUT", url, body=body, headers={"Expect": "100-continue",
+                                                "Content-Length": str(len(body))}, key=key)
+    head = f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in req.headers.items() if k.lower() != "host") + "\r\n"
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(head.encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    if got.startswith(b"HTTP/1.1 100"):
+        s.sendall(body)
+        got = got.split(b"\r\n\r\n", 1)[1]
+        while b"\r\n\r\n" not in got:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        statuses = [100]
+    else:
+        statuses = []
+    if not got:
+        s.close()
+        return statuses, None, b""
+    head, _, rest = got.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(rest) < length:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    s.close()
+    return statuses + [status], status, rest
+
+
+def test_expect_continue_still_gets_a_complete_early_error(floe, relay):
+    """An early answer (unknown bucket, failed auth) after `100 Continue` is a whole S3 error,
+    never a closed connection."""
+    before = relay.sent()
+    statuses, status, body = expect_continue_put(floe.port, "/no-such-bucket/k")
+    assert status == 404, (statuses, body)
+    assert b"<Code>NoSuchBucket</Code>" in body
+    statuses, status, body = expect_continue_put(floe.port, f"/{BUCKET}/k",
+                                                 key=("floe-client", "wrong-secret"))
+    assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in body, (statuses, body)
+    assert relay.sent() == before

@@ -83,7 +83,7 @@ impl Mode for CatalogRoute {
     }
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> u16 {
-        if session.response_written().is_some() {
+        if respond::answered(session) {
             return 0;
         }
         let msg = format!(

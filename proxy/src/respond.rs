@@ -6,6 +6,14 @@ use floe_core::{BucketName, RequestId, S3Error};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
+/// Whether a final response (not an informational `100 Continue`) has begun: after it nothing
+/// else can be written, and a failure must drop the connection instead.
+pub fn answered(session: &Session) -> bool {
+    session
+        .response_written()
+        .is_some_and(|r| r.status.as_u16() >= 200)
+}
+
 /// Writes an S3 XML error (no body for HEAD, as S3 does). Returns the status written.
 /// `close` ends the connection after the response (and says so, so clients do not reuse it).
 pub async fn error(

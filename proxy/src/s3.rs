@@ -32,7 +32,7 @@ impl S3Mode {
     pub async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         match self.admit(session, ctx).await {
             Ok(done) => Ok(done),
-            Err(e) if session.response_written().is_some() => {
+            Err(e) if respond::answered(session) => {
                 // A stage failed after its answer began (e.g. the object changed mid-response):
                 // drop the connection so the client sees a failed transfer and retries.
                 ctx.failure = Some(e.clone());
@@ -324,7 +324,7 @@ impl Mode for S3Mode {
             );
         // Once response bytes went out, nothing can be written: the connection is dropped so
         // the client sees a failed transfer, never a short body passed as whole.
-        let code = if downstream_dead || session.response_written().is_some() {
+        let code = if downstream_dead || respond::answered(session) {
             0
         } else {
             respond::error(session, ctx.f.request_id, &err, true)
