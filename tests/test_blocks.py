@@ -2,13 +2,14 @@
 responses under concurrent overwrites, and engines reading through a cold and a warm cache."""
 import concurrent.futures
 import os
+import pathlib
 import random
 import threading
 
 import pytest
 import urllib3
 
-from conftest import BUCKET, s3_client, start_cached_floe
+from conftest import BUCKET, CLIENT, s3_client, start_cached_floe
 from relay import Relay
 from test_clients import parquet_key  # noqa: F401  (fixture)
 from test_sigv4 import sign
@@ -316,3 +317,52 @@ def test_put_through_floe_is_read_back_into_the_cache(cached):
     r = get(cached.port, "blocks/wt.parquet")
     assert r.data == body and r.headers["x-floe-cache"] == "hit"
     assert cached.relay.count("GET") == gets
+
+
+def test_default_checksum_mode_gets_are_served_from_the_cache(cached, direct, tmp_path):
+    """Current boto3 and the AWS CLI send x-amz-checksum-mode: ENABLED on every GetObject. A
+    whole-object read is served from blocks with the origin's full-object checksum headers (the
+    SDK validates them); a ranged read carries none, as S3 answers."""
+    import subprocess
+    import sys
+    data = os.urandom(3 * MiB + 11)
+    direct.put_object(Bucket=BUCKET, Key="cksum/a.parquet", Body=data)  # boto3 adds a CRC32
+    want = direct.head_object(Bucket=BUCKET, Key="cksum/a.parquet", ChecksumMode="ENABLED")
+    crc = want["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-crc32"]
+    s3 = s3_client(cached.port)  # SDK defaults: checksum mode on, validation on
+    # Two reads: under the shared fixture's DRAM pressure a data block is admitted on its
+    # second touch (test_scan_cannot_evict_hot_set_or_metadata).
+    for _ in range(2):
+        assert s3.get_object(Bucket=BUCKET, Key="cksum/a.parquet")["Body"].read() == data
+    before = (cached.relay.count("GET"), cached.relay.count("HEAD"))
+    again = s3.get_object(Bucket=BUCKET, Key="cksum/a.parquet")
+    assert again["Body"].read() == data  # botocore checks the CRC32 while reading
+    h = again["ResponseMetadata"]["HTTPHeaders"]
+    assert (h["x-floe-cache"], h["x-amz-checksum-crc32"]) == ("hit", crc)
+    ranged = s3.get_object(Bucket=BUCKET, Key="cksum/a.parquet", Range="bytes=10-99")
+    assert ranged["Body"].read() == data[10:100]
+    assert "x-amz-checksum-crc32" not in ranged["ResponseMetadata"]["HTTPHeaders"]
+    head = s3.head_object(Bucket=BUCKET, Key="cksum/a.parquet", ChecksumMode="ENABLED")
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-amz-checksum-crc32"] == crc
+    # The AWS CLI at its defaults.
+    out = tmp_path / "a.parquet"
+    aws_env = dict(os.environ, AWS_ACCESS_KEY_ID=CLIENT[0], AWS_SECRET_ACCESS_KEY=CLIENT[1],
+                   AWS_DEFAULT_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE="/dev/null")
+    cli = pathlib.Path(sys.executable).parent / "aws"
+    r = subprocess.run([str(cli), "--endpoint-url", f"http://127.0.0.1:{cached.port}", "s3", "cp",
+                        f"s3://{BUCKET}/cksum/a.parquet", str(out)], env=aws_env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == data
+    assert (cached.relay.count("GET"), cached.relay.count("HEAD")) == before, "a cached read went to the origin"
+    # Resolved by a ranged read (no checksums in a 206): one HEAD learns them, bytes stay cached.
+    small = os.urandom(100_000)
+    direct.put_object(Bucket=BUCKET, Key="cksum/b.parquet", Body=small)
+    for _ in range(2):
+        assert get(cached.port, "cksum/b.parquet", f"bytes=0-{len(small) - 1}").data == small
+    gets, heads = cached.relay.count("GET"), cached.relay.count("HEAD")
+    whole = s3.get_object(Bucket=BUCKET, Key="cksum/b.parquet")
+    assert whole["Body"].read() == small
+    assert whole["ResponseMetadata"]["HTTPHeaders"]["x-floe-cache"] == "hit"
+    assert "x-amz-checksum-crc32" in whole["ResponseMetadata"]["HTTPHeaders"]
+    assert (cached.relay.count("GET"), cached.relay.count("HEAD")) == (gets, heads + 1)

@@ -107,8 +107,17 @@ impl PingoraOriginReader {
     }
 }
 
-/// The version an answer describes: its ETag, `size`, and the headers a cached answer replays.
-fn object_head(session: &HttpSession, size: Option<u64>) -> Result<ObjectHead, OriginError> {
+/// Asked on every HEAD and resolving GET, so whole-object answers name the object's full-object
+/// checksums (kept with the version for checksum-mode clients).
+const CHECKSUM_MODE: (&str, &str) = ("x-amz-checksum-mode", "ENABLED");
+
+/// The version an answer describes: its ETag, `size`, the headers a cached answer replays, and,
+/// for a whole-object answer, its checksum headers.
+fn object_head(
+    session: &HttpSession,
+    size: Option<u64>,
+    whole: bool,
+) -> Result<ObjectHead, OriginError> {
     let etag = header(session, "etag").and_then(|e| ETag::parse(&e).ok());
     let (Some(etag), Some(size)) = (etag, size) else {
         return Err(OriginError::Transport("answer without ETag or size".into()));
@@ -117,10 +126,14 @@ fn object_head(session: &HttpSession, size: Option<u64>) -> Result<ObjectHead, O
         .iter()
         .filter_map(|h| Some(((*h).to_owned(), header(session, h)?)))
         .collect();
+    let mut checksums = Vec::new();
     if let Some(h) = session.response_header() {
         for (k, v) in h.headers.iter() {
+            let pair = (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned());
             if k.as_str().starts_with("x-amz-meta-") {
-                headers.push((k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()));
+                headers.push(pair);
+            } else if k.as_str().starts_with("x-amz-checksum-") {
+                checksums.push(pair);
             }
         }
     }
@@ -128,6 +141,7 @@ fn object_head(session: &HttpSession, size: Option<u64>) -> Result<ObjectHead, O
         etag,
         size,
         headers,
+        checksums: whole.then_some(checksums),
     })
 }
 
@@ -156,17 +170,18 @@ impl OriginReader for PingoraOriginReader {
         key: &ObjectKey,
         if_none_match: Option<&ETag>,
     ) -> Result<Option<ObjectHead>, OriginError> {
-        let extra: Vec<(&str, String)> = if_none_match
+        let mut extra: Vec<(&str, String)> = if_none_match
             .map(|e| ("if-none-match", e.as_str().to_owned()))
             .into_iter()
             .collect();
+        extra.push((CHECKSUM_MODE.0, CHECKSUM_MODE.1.to_owned()));
         let (session, peer, _permit, status) = self.send(bucket, key, "HEAD", &extra).await?;
         let result = match status {
             304 => Ok(None),
             404 => Err(OriginError::NotFound),
             200 => {
                 let size = header(&session, "content-length").and_then(|l| l.parse().ok());
-                object_head(&session, size).map(Some)
+                object_head(&session, size, true).map(Some)
             }
             s => Err(OriginError::Status(s)),
         };
@@ -182,13 +197,14 @@ impl OriginReader for PingoraOriginReader {
         key: &ObjectKey,
         range: Option<&str>,
     ) -> Result<Fetched, OriginError> {
-        let extra: Vec<(&str, String)> =
+        let mut extra: Vec<(&str, String)> =
             range.map(|r| ("range", r.to_owned())).into_iter().collect();
+        extra.push((CHECKSUM_MODE.0, CHECKSUM_MODE.1.to_owned()));
         let (session, peer, permit, status) = self.send(bucket, key, "GET", &extra).await?;
         let parsed = match status {
             200 => {
                 let size = header(&session, "content-length").and_then(|l| l.parse().ok());
-                object_head(&session, size).map(|h| {
+                object_head(&session, size, true).map(|h| {
                     let last = h.size.saturating_sub(1);
                     (h, 0, last)
                 })
@@ -198,7 +214,7 @@ impl OriginReader for PingoraOriginReader {
                 .and_then(content_range)
             {
                 Some((first, last, size)) if first <= last && last < size => {
-                    object_head(&session, Some(size)).map(|h| (h, first, last))
+                    object_head(&session, Some(size), false).map(|h| (h, first, last))
                 }
                 _ => Err(OriginError::Transport(
                     "206 without a usable Content-Range".into(),

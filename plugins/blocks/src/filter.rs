@@ -132,11 +132,8 @@ impl BlockFilter {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         // S3 returns full-object checksums only on whole-object reads; current SDKs ask for them
-        // on every GET. Ranged reads are served here; whole reads with checksums go to the origin.
-        if range.is_none() && req.headers.contains_key("x-amz-checksum-mode") {
-            ctx.cache = Some("pass");
-            return Ok(false);
-        }
+        // on every GET. They are kept with the version and sent on whole answers only.
+        let sums = range.is_none() && req.headers.contains_key("x-amz-checksum-mode");
         let head = ctx.op == S3Op::HeadObject;
         let opened = match self.open(ctx, range.as_deref(), head).await? {
             Some(o) => o,
@@ -146,7 +143,7 @@ impl BlockFilter {
             }
         };
         let Opened {
-            map,
+            mut map,
             status,
             first,
             last,
@@ -157,11 +154,29 @@ impl BlockFilter {
         let Some(key) = ctx.key.clone() else {
             return Ok(false);
         };
+        if sums && map.checksums.is_none() {
+            // Resolved by a ranged answer: one HEAD learns the checksums of this version.
+            match self.learn_checksums(&key, &map).await {
+                Some(m) => map = m,
+                None => {
+                    ctx.cache = Some("pass");
+                    return Ok(false);
+                }
+            }
+        }
         let body_len = if map.size == 0 { 0 } else { last - first + 1 };
         // Counted while this response waits on the origin (released when serve returns).
         let _miss = (missing > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
         ctx.cache = Some(label);
-        let resp = response_header(&map, status, first, last, body_len, label, missing, ctx)?;
+        let resp = response_header(
+            &map,
+            status,
+            sums,
+            (first, last, body_len),
+            label,
+            missing,
+            ctx,
+        )?;
         session
             .write_response_header(Box::new(resp), head || body_len == 0)
             .await

@@ -28,6 +28,9 @@ pub struct Mapping {
     /// Headers replayed on cached answers.
     /// Parsed once here so a hit only clones them.
     pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Full-object checksum headers, sent on whole-object answers to checksum-mode requests;
+    /// `None`: not known (resolved by a ranged answer).
+    pub checksums: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
     /// Its class.
     pub class: Class,
     /// When it was last confirmed with the origin.
@@ -38,34 +41,50 @@ impl Mapping {
     /// A mapping from a HEAD.
     pub fn new(head: ObjectHead, class: Class) -> Self {
         let etag_key: Arc<str> = Arc::from(head.etag.as_str());
-        Self {
-            etag: head.etag,
-            etag_key,
-            size: head.size,
-            headers: head
-                .headers
-                .iter()
+        let parse = |list: &[(String, String)]| -> Vec<(http::HeaderName, http::HeaderValue)> {
+            list.iter()
                 .filter_map(|(k, v)| {
                     Some((
                         http::HeaderName::from_bytes(k.as_bytes()).ok()?,
                         http::HeaderValue::from_str(v).ok()?,
                     ))
                 })
-                .collect(),
+                .collect()
+        };
+        Self {
+            etag: head.etag,
+            etag_key,
+            size: head.size,
+            headers: parse(&head.headers),
+            checksums: head.checksums.as_deref().map(parse),
             class,
             checked: Instant::now(),
         }
     }
 
-    /// Serialises for the metadata store (a line-based text form).
+    /// Serialises for the metadata store (a line-based text form): ETag, size, `name:value`
+    /// header lines, and, when the checksums are known, a `#checksums` line followed by
+    /// `!name:value` lines.
     pub fn encode(&self) -> String {
         let mut s = format!("{}\n{}\n", self.etag.as_str(), self.size);
-        for (k, v) in &self.headers {
-            let Ok(v) = v.to_str() else { continue };
+        let mut line = |prefix: &str, k: &http::HeaderName, v: &http::HeaderValue| {
+            let Ok(v) = v.to_str() else { return };
+            s.push_str(prefix);
             s.push_str(k.as_str());
             s.push(':');
             s.push_str(&v.replace('\n', " "));
             s.push('\n');
+        };
+        for (k, v) in &self.headers {
+            line("", k, v);
+        }
+        if let Some(sums) = &self.checksums {
+            for (k, v) in sums {
+                line("!", k, v);
+            }
+        }
+        if self.checksums.is_some() {
+            s.push_str("#checksums\n");
         }
         s
     }
@@ -75,15 +94,22 @@ impl Mapping {
         let mut lines = text.lines();
         let etag = ETag::parse(lines.next()?).ok()?;
         let size = lines.next()?.parse().ok()?;
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        let (mut headers, mut sums, mut known) = (Vec::new(), Vec::new(), false);
+        for l in lines {
+            if l == "#checksums" {
+                known = true;
+            } else if let Some((k, v)) = l.strip_prefix('!').and_then(|l| l.split_once(':')) {
+                sums.push((k.to_owned(), v.to_owned()));
+            } else if let Some((k, v)) = l.split_once(':') {
+                headers.push((k.to_owned(), v.to_owned()));
+            }
+        }
         Some(Self::new(
             ObjectHead {
                 etag,
                 size,
                 headers,
+                checksums: known.then_some(sums),
             },
             class,
         ))
@@ -202,11 +228,22 @@ mod tests {
                 ("content-type".into(), "application/octet-stream".into()),
                 ("x-amz-meta-a".into(), "b".into()),
             ],
+            checksums: Some(vec![("x-amz-checksum-crc32".into(), "AAAAAA==".into())]),
         };
         let m = Mapping::new(head, class);
         let back = Mapping::decode(&m.encode(), class).unwrap();
         assert_eq!((back.etag.as_str(), back.size), ("\"abc\"", 42));
         assert_eq!(back.headers, m.headers);
+        assert_eq!(back.checksums, m.checksums);
+        assert!(back
+            .headers
+            .iter()
+            .all(|(k, _)| !k.as_str().contains("checksum")));
+        let unknown = Mapping::decode("\"abc\"\n42\ncontent-type:x\n", class).unwrap();
+        assert!(
+            unknown.checksums.is_none(),
+            "entries written before checksums are unknown"
+        );
         assert!(Mapping::decode("\"abc\"\nnot-a-size\n", class).is_none());
         let t = MappingTable::default();
         t.put("p/a", Arc::new(back));
@@ -234,6 +271,7 @@ mod bound_tests {
                 etag: ETag::parse("\"e\"").unwrap(),
                 size: i,
                 headers: vec![],
+                checksums: None,
             };
             t.put(&format!("k{i}"), Arc::new(Mapping::new(head, class)));
         }
@@ -255,6 +293,7 @@ mod bound_tests {
                     etag,
                     size,
                     headers: vec![],
+                    checksums: None,
                 },
                 class,
             ))

@@ -160,6 +160,25 @@ impl BlockFilter {
         (Ok(Some((m, false))), adopted)
     }
 
+    /// The checksums of version `map` of `key`, learned with one HEAD (asked in checksum mode);
+    /// `None` when the origin now has another version or does not answer.
+    pub(crate) async fn learn_checksums(
+        &self,
+        key: &ObjectKey,
+        map: &Arc<Mapping>,
+    ) -> Option<Arc<Mapping>> {
+        let bucket = BucketName::parse(&self.bucket_key).ok()?;
+        let head = self.origin.head(&bucket, key, None).await.ok()??;
+        if head.etag != map.etag || head.checksums.is_none() {
+            return None;
+        }
+        let fresh = Mapping {
+            checksums: Mapping::new(head, map.class).checksums,
+            ..Mapping::clone(map)
+        };
+        Some(self.remember(key, fresh))
+    }
+
     /// Puts a fresh mapping in the table (and persists it when the object is immutable).
     fn remember(&self, key: &ObjectKey, m: Mapping) -> Arc<Mapping> {
         let m = Arc::new(m);

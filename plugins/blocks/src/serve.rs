@@ -159,9 +159,8 @@ pub(crate) fn internal(e: Box<pingora::Error>) -> S3Error {
 pub(crate) fn response_header(
     map: &Mapping,
     status: u16,
-    first: u64,
-    last: u64,
-    len: u64,
+    checksums: bool,
+    (first, last, len): (u64, u64, u64),
     label: &str,
     origin_bytes: u64,
     ctx: &FilterCtx,
@@ -181,6 +180,12 @@ pub(crate) fn response_header(
     }
     for (k, v) in &map.headers {
         r.append_header(k.clone(), v.clone()).map_err(e)?;
+    }
+    // Full-object checksums belong to whole-object answers only, as S3 sends them.
+    if checksums && status == 200 {
+        for (k, v) in map.checksums.iter().flatten() {
+            r.append_header(k.clone(), v.clone()).map_err(e)?;
+        }
     }
     r.insert_header("x-floe-cache", label).map_err(e)?;
     r.insert_header("x-floe-origin-bytes", origin_bytes.to_string())

@@ -16,6 +16,10 @@ pub struct ObjectHead {
     /// Response headers worth replaying on a cached answer (Content-Type, Last-Modified,
     /// x-amz-meta-*, ...), lowercase names.
     pub headers: Vec<(String, String)>,
+    /// The full-object checksum headers (`x-amz-checksum-*`), when the answer was a whole-object
+    /// one asked with `x-amz-checksum-mode: ENABLED` (`Some(empty)`: the object has none);
+    /// `None` when unknown (a ranged answer carries none).
+    pub checksums: Option<Vec<(String, String)>>,
 }
 
 /// A GET of an object's current version: its headers resolve the version, its body serves

@@ -119,6 +119,7 @@ impl MemOrigin {
             etag: etag.clone(),
             size: body.len() as u64,
             headers: vec![("content-type".into(), "application/octet-stream".into())],
+            checksums: None,
         }
     }
 
