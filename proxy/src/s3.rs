@@ -217,12 +217,18 @@ impl Mode for S3Mode {
                 return Err(fail(ctx, e));
             }
         }
-        if let Some(route) = ctx.route.clone() {
+        // Disjoint borrows of the route and the filter context: no Arc clone per body piece.
+        let mut failed = None;
+        if let Some(route) = &ctx.route {
             for filter in &route.filters {
                 if let Err(e) = filter.request_body_filter(body, end, &mut ctx.f).await {
-                    return Err(fail(ctx, e));
+                    failed = Some(e);
+                    break;
                 }
             }
+        }
+        if let Some(e) = failed {
+            return Err(fail(ctx, e));
         }
         // A stage that emits its last bytes early leaves an empty final piece. Pingora skips empty
         // pieces mid-body (and reads `None` there as the end), but writes an empty *final* piece
@@ -240,13 +246,16 @@ impl Mode for S3Mode {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(route) = ctx.route.clone() {
+        let mut failed = None;
+        if let Some(route) = &ctx.route {
             route.origin.breaker.success();
-            for filter in &route.filters {
-                if let Err(e) = filter.upstream_response_filter(resp, &mut ctx.f) {
-                    return Err(fail(ctx, e));
-                }
-            }
+            failed = route
+                .filters
+                .iter()
+                .find_map(|f| f.upstream_response_filter(resp, &mut ctx.f).err());
+        }
+        if let Some(e) = failed {
+            return Err(fail(ctx, e));
         }
         resp.insert_header("x-floe-request-id", ctx.f.request_id.to_string())?;
         resp.insert_header("x-floe-cache", "pass")?;
