@@ -8,6 +8,10 @@ use serde::Deserialize;
 /// each, which with the XML around them stays under this.
 pub const MAX_DELETE_BODY: usize = 2 << 20;
 
+/// The keys of a DeleteObjects body, parsed once at its end (`None`: unreadable).
+#[derive(Clone)]
+pub(crate) struct DeleteKeys(pub(crate) Option<Vec<String>>);
+
 /// The body of one DeleteObjects request, collected in [`floe_core::FilterCtx::ext`].
 #[derive(Default, Clone)]
 pub(crate) struct DeleteBody {

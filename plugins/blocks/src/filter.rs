@@ -14,7 +14,7 @@ use pingora::proxy::Session;
 use crate::access::Access;
 use crate::cache::BlockCache;
 use crate::classify::Class;
-use crate::delete::DeleteBody;
+use crate::delete::{DeleteBody, DeleteKeys};
 use crate::inflight::SingleFlight;
 use crate::mapping::{Mapping, MappingTable};
 use crate::reader::{BlockReader, Target};
@@ -207,7 +207,7 @@ impl BlockFilter {
     /// persisted) and blocks are purged. A body whose keys could not be read drops every
     /// in-memory mapping of the route; persisted ones are then revalidated only by a purge.
     fn after_delete_objects(&self, ctx: &FilterCtx) {
-        let keys = ctx.ext.get::<DeleteBody>().and_then(DeleteBody::keys);
+        let keys = ctx.ext.get::<DeleteKeys>().and_then(|k| k.0.clone());
         let Some(keys) = keys else {
             let n = self.invalidate_prefix("");
             tracing::warn!(
@@ -269,13 +269,17 @@ impl RequestFilter for BlockFilter {
             collected.push(piece);
         }
         if end_of_stream {
-            // Dropped before the origin answers, and again (with their blocks) once it has.
-            match collected.keys() {
+            // Parsed once; dropped before the origin answers, and again (with their blocks)
+            // once it has (see `logging`).
+            let keys = collected.keys();
+            match &keys {
                 Some(keys) => keys.iter().for_each(|k| self.invalidate(k)),
                 None => {
                     self.invalidate_prefix("");
                 }
             }
+            ctx.ext.remove::<DeleteBody>();
+            ctx.ext.insert(DeleteKeys(keys));
         }
         Ok(())
     }
