@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use floe_core::config::{ConfigCx, ConfigError};
-use floe_core::plugin::{AdminHandler, Configured, Plugin, PluginFactory, RouteCx, StartError};
+use floe_core::plugin::{
+    AdminHandler, Configured, Plugin, PluginFactory, RouteCx, Shared, StartError,
+};
 use floe_core::RequestFilter;
 use pingora::services::ServiceWithDependents;
 
@@ -21,7 +23,11 @@ pub type ConfiguredPlugins = Vec<(&'static str, Box<dyn Configured>)>;
 
 /// Every plugin floe-proxy carries, in the order their sections are validated.
 pub fn factories() -> Vec<&'static dyn PluginFactory> {
-    vec![&floe_sigv4::FACTORY, &floe_blocks::FACTORY]
+    vec![
+        &floe_sigv4::FACTORY,
+        &floe_ring::FACTORY,
+        &floe_blocks::FACTORY,
+    ]
 }
 
 /// Validates every factory's sections of `text` and checks each route's use of each plugin.
@@ -48,21 +54,28 @@ pub fn configure(
 pub struct Plugins {
     by_name: HashMap<&'static str, Arc<dyn Plugin>>,
     order: Vec<&'static str>,
+    shared: Shared,
 }
 
 /// Starts every configured plugin, in order.
 pub async fn start(configured: ConfiguredPlugins) -> Result<Plugins, StartError> {
     let mut by_name = HashMap::new();
     let mut order = Vec::new();
+    let mut shared = Shared::new();
     for (name, c) in configured {
         let plugin = c
             .start()
             .await
             .map_err(|e| format!("starting plugin {name}: {e}"))?;
+        plugin.share(&mut shared);
         by_name.insert(name, plugin);
         order.push(name);
     }
-    Ok(Plugins { by_name, order })
+    Ok(Plugins {
+        by_name,
+        order,
+        shared,
+    })
 }
 
 impl Plugins {
@@ -83,6 +96,11 @@ impl Plugins {
     /// against every route's clients.
     pub fn authenticator(&self, route: &RouteCx<'_>) -> Result<Arc<dyn RequestFilter>, StartError> {
         self.build(AUTH_STAGE, route)
+    }
+
+    /// What the started plugins share with the stages they build.
+    pub fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Every plugin's admin endpoints, in chain order.

@@ -152,7 +152,7 @@ fn an_unknown_filter_names_every_plugin() {
     let env = |_: &str| None;
     let e = parse_with("t.yaml", YAML, &env, &factories()).unwrap_err();
     assert_eq!(e.key, "routes[0].filters[1]");
-    assert!(e.reason.contains("known: sigv4, blocks"), "{e}");
+    assert!(e.reason.contains("known: sigv4, ring, blocks"), "{e}");
 }
 
 #[test]

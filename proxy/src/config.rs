@@ -22,6 +22,11 @@ pub struct FileConfig {
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
     pub cache: Option<serde::de::IgnoredAny>,
+    /// The fleet; without it this node works alone. Parsed and validated by the ring plugin
+    /// (floe-ring config.rs documents its keys).
+    #[serde(default)]
+    #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    pub fleet: Option<serde::de::IgnoredAny>,
     /// The admin API listener. Default none.
     #[serde(default)]
     pub admin: Option<AdminSection>,

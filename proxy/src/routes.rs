@@ -64,6 +64,7 @@ impl RouteTable {
                 clients: &spec.clients,
                 anonymous: &spec.anonymous,
                 origin: Some(Arc::new(PingoraOriginReader::new(origin.clone()))),
+                shared: plugins.shared(),
             };
             let filters = spec
                 .filters
@@ -86,6 +87,7 @@ impl RouteTable {
             clients: &all_keys,
             anonymous: &[],
             origin: None,
+            shared: plugins.shared(),
         })?;
         Ok(Self {
             routes,

@@ -77,6 +77,7 @@ impl BlocksAdmin {
                 dram_entries: s.memory().entries() as u64,
                 evictions: n(&st.events.evictions),
                 origin_bytes: n(&st.origin_bytes),
+                peer_bytes: n(&st.peer_bytes),
             }
         };
         AdminResponse::doc(

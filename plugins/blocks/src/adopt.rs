@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::cache::BlockCache;
 use crate::classify::Store;
-use crate::fill::{fill, RunItem};
+use crate::fill::{fill, RunItem, Source};
 use crate::inflight::{Claim, Slot};
 use crate::range::block_span;
 use crate::tap::Tap;
@@ -88,7 +88,7 @@ pub(crate) fn adopt(
     if !run.is_empty() {
         tokio::spawn(fill(
             cache.clone(),
-            origin.clone(),
+            Source::origin(origin),
             target,
             run,
             Some(body),

@@ -74,6 +74,8 @@ pub struct StoreStats {
     pub inserted: AtomicU64,
     /// Bytes fetched from the origin for this store.
     pub origin_bytes: AtomicU64,
+    /// Bytes fetched from owner nodes for this store (fleet only).
+    pub peer_bytes: AtomicU64,
     /// What left the DRAM tier.
     pub events: Arc<StoreEvents>,
 }

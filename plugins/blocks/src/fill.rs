@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use floe_core::fleet::{BlockAsk, Fleet, PeerError, PeerRef, PeerSource};
 use floe_core::{ByteStream, OriginError, OriginReader};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::block::{Block, Span, MAX_SPANS};
 use crate::cache::BlockCache;
@@ -28,12 +29,87 @@ pub(crate) struct RunItem {
     pub(crate) held: Option<Block>,
 }
 
-/// Fetches a run of adjacent block pieces with one ranged GET (If-Match on the ETag), storing
-/// and publishing each block the moment its piece is complete.
+/// Where a fill's bytes came from (reported once its body began).
+#[derive(Debug, Clone)]
+pub(crate) enum Served {
+    /// The origin.
+    Origin,
+    /// The run's owner, which had them (`Hit`) or filled them (`Fill`).
+    Peer(PeerSource, Arc<str>),
+}
+
+/// Where a fill gets its bytes: the run's owner first when it is a peer, the origin otherwise
+/// (and whenever the owner fails).
+pub(crate) struct Source {
+    pub(crate) origin: Arc<dyn OriginReader>,
+    pub(crate) owner: Option<(Arc<dyn Fleet>, PeerRef)>,
+    /// Told where the bytes came from, once the body began.
+    pub(crate) report: Option<oneshot::Sender<Served>>,
+}
+
+impl Source {
+    /// The origin only.
+    pub(crate) fn origin(origin: &Arc<dyn OriginReader>) -> Self {
+        Self {
+            origin: origin.clone(),
+            owner: None,
+            report: None,
+        }
+    }
+
+    /// Bytes `start..end` of the target: from the owner when it answers, else the origin.
+    async fn open(
+        &mut self,
+        cache: &BlockCache,
+        t: &Target,
+        (start, end): (u64, u64),
+    ) -> Result<(Box<dyn ByteStream>, bool), OriginError> {
+        if let Some((fleet, peer)) = &self.owner {
+            let ask = BlockAsk {
+                bucket: &t.bucket_key,
+                key: &t.object_key,
+                etag: &t.map.etag,
+                size: t.map.size,
+                block_bytes: cache.settings.block_bytes,
+                first: start,
+                last: end - 1,
+            };
+            match fleet.blocks(peer, &ask).await {
+                Ok(got) => {
+                    self.tell(Served::Peer(got.source, got.node));
+                    return Ok((got.body, true));
+                }
+                Err(PeerError::Conflict) => {
+                    self.tell(Served::Origin);
+                    return Err(OriginError::Changed);
+                }
+                Err(e) => {
+                    tracing::debug!(peer = %peer.id, error = %e, "owner unavailable: filling from the origin")
+                }
+            }
+        }
+        self.tell(Served::Origin);
+        let body = self
+            .origin
+            .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
+            .await?;
+        Ok((body, false))
+    }
+
+    fn tell(&mut self, s: Served) {
+        if let Some(r) = self.report.take() {
+            let _ = r.send(s);
+        }
+    }
+}
+
+/// Fetches a run of adjacent block pieces with one ranged GET (If-Match on the ETag), from the
+/// run's owner or the origin, storing and publishing each block the moment its piece is
+/// complete. An owner that fails mid-body is replaced by the origin from the next byte on.
 /// `tap` gets every chunk of the body, in order, from the first piece's first byte.
 pub(crate) async fn fill(
     cache: Arc<BlockCache>,
-    origin: Arc<dyn OriginReader>,
+    mut source: Source,
     t: Target,
     run: Vec<RunItem>,
     body: Option<Box<dyn ByteStream>>,
@@ -54,17 +130,14 @@ pub(crate) async fn fill(
         }
     };
     let got = match body {
-        Some(b) => Ok(b),
-        None => {
-            origin
-                .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
-                .await
-        }
+        Some(b) => Ok((b, false)),
+        None => source.open(&cache, &t, (start, end)).await,
     };
-    let mut body = match got {
+    let (mut body, mut from_peer) = match got {
         Ok(b) => b,
         Err(e) => return fail(to_fill_error(e), None, &mut items),
     };
+    let mut pos = start;
     let mut cur = items.next();
     // One exact-size buffer per block piece: a stored piece must not keep a larger allocation
     // alive (the stores weigh the bytes held, and DRAM ceilings must hold in RSS too).
@@ -72,12 +145,26 @@ pub(crate) async fn fill(
     while cur.is_some() {
         let mut chunk = match body.next().await {
             Ok(Some(c)) => c,
-            Ok(None) => {
+            Ok(None) if !from_peer => {
                 let e = FillError::Failed("origin body ended early".into());
                 return fail(e, cur, &mut items);
             }
-            Err(e) => return fail(to_fill_error(e), cur, &mut items),
+            Err(e) if !from_peer => return fail(to_fill_error(e), cur, &mut items),
+            // The owner failed mid-body: the origin brings the rest, from the next byte.
+            _ => {
+                from_peer = false;
+                let got = source
+                    .origin
+                    .get_range(&t.bucket, &t.key, &t.map.etag, pos, end - 1)
+                    .await;
+                match got {
+                    Ok(b) => body = b,
+                    Err(e) => return fail(to_fill_error(e), cur, &mut items),
+                }
+                continue;
+            }
         };
+        pos += chunk.len() as u64;
         // The tap gets the chunk after the blocks it completes are published, so a response
         // never ends before the fill has stored (and counted) what it served.
         let whole = chunk.clone();
@@ -93,7 +180,7 @@ pub(crate) async fn fill(
                 cur = Some(it);
                 continue;
             }
-            publish(&cache, &t, it, buf.split().freeze(), size);
+            publish(&cache, &t, it, buf.split().freeze(), size, from_peer);
             cur = items.next();
         }
         if tap.as_ref().is_some_and(|t| t.send(whole).is_err()) {
@@ -105,7 +192,7 @@ pub(crate) async fn fill(
 }
 
 /// Merges a fetched piece into what the block held, stores it and hands it to the waiters.
-fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64) {
+fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64, peer: bool) {
     let bs = cache.settings.block_bytes;
     let len = block_span(it.index, bs, size).1 as u32;
     let s = cache.store_of(t.map.class, it.index, size);
@@ -118,11 +205,13 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64)
         Some(b) => b.merge(piece),
         None => Block::of(len, piece),
     };
-    cache
-        .pick(s)
-        .1
-        .origin_bytes
-        .fetch_add(fetched, Ordering::Relaxed);
+    let stats = cache.pick(s).1;
+    let counter = if peer {
+        &stats.peer_bytes
+    } else {
+        &stats.origin_bytes
+    };
+    counter.fetch_add(fetched, Ordering::Relaxed);
     settle(cache, &it.key, s, block, &it.tx);
 }
 

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::fleet::Fleet;
 use floe_core::{
     BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error, S3Op,
 };
@@ -56,6 +57,8 @@ pub struct BlockFilter {
     /// [`MAX_PINS`], least recently used first out (an unpinned key falls back to the rules).
     pub(crate) pinned: Arc<Mutex<LruCache<Box<str>, Class>>>,
     pub(crate) max_pins: usize,
+    /// The fleet whose owners this route's misses ask first (`None`: one node).
+    pub(crate) fleet: Option<Arc<dyn Fleet>>,
 }
 
 /// The outcome of resolving a key, shared by concurrent requests for it.
@@ -72,7 +75,14 @@ impl BlockFilter {
             resolving: Arc::new(SingleFlight::default()),
             pinned: Arc::new(Mutex::new(LruCache::unbounded())),
             max_pins: MAX_PINS,
+            fleet: None,
         }
+    }
+
+    /// This stage in `fleet`: its misses ask their owners first.
+    pub fn in_fleet(mut self, fleet: Arc<dyn Fleet>) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     /// What a reader of version `map` of `key` serves.
@@ -102,6 +112,7 @@ impl BlockFilter {
     ) -> BlockReader {
         let target = self.target(bucket, key, map);
         BlockReader::new(self.cache.clone(), self.origin.clone(), target, span, whole)
+            .with_fleet(self.fleet.clone())
     }
 
     /// Drops the mapping of `key` (memory and persisted).
@@ -150,6 +161,7 @@ impl BlockFilter {
             mut reader,
             label,
             missing,
+            node,
         } = opened;
         let Some(key) = ctx.key.clone() else {
             return Ok(false);
@@ -173,8 +185,7 @@ impl BlockFilter {
             status,
             sums,
             (first, last, body_len),
-            label,
-            missing,
+            (label, missing, node.as_deref()),
             ctx,
         )?;
         session

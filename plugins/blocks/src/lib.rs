@@ -21,6 +21,7 @@ mod filter;
 mod inflight;
 mod mapping;
 mod ops;
+mod peer;
 pub mod placement;
 mod plan;
 pub mod plugin;

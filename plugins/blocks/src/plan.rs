@@ -60,6 +60,7 @@ impl BlockReader {
                 .and_then(|p| p.own);
             if let Some((from, to)) = own {
                 plan.missing_bytes += u64::from(to - from);
+                plan.first_missing.get_or_insert(i);
                 continue;
             }
             let key = self.key(i);
@@ -75,7 +76,11 @@ impl BlockReader {
             } else {
                 None
             };
-            match self.fetch(i, held.as_ref()) {
+            let fetch = self.fetch(i, held.as_ref());
+            if fetch.is_some() {
+                plan.first_missing.get_or_insert(i);
+            }
+            match fetch {
                 None => plan.cached += 1,
                 // As start_fill does: a fill running on into the next (uncached) block fetches
                 // this one to its end.

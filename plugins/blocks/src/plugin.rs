@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
+use floe_core::fleet::Fleet;
 use floe_core::plugin::{AdminHandler, Configured, Plugin, PluginFactory, RouteCx, StartError};
 use floe_core::RequestFilter;
 use pingora::server::ShutdownWatch;
@@ -121,7 +122,12 @@ impl Plugin for BlocksPlugin {
         let bucket = route
             .bucket
             .ok_or("the blocks filter needs a route bucket")?;
-        let filter = Arc::new(BlockFilter::new(cache, origin, bucket.as_str()));
+        let mut filter = BlockFilter::new(cache, origin, bucket.as_str());
+        if let Some(fleet) = route.shared.get::<Arc<dyn Fleet>>() {
+            filter = filter.in_fleet(fleet.clone());
+            fleet.serve(bucket.as_str(), Arc::new(filter.clone()));
+        }
+        let filter = Arc::new(filter);
         if let Ok(mut r) = self.routes.write() {
             r.insert(bucket.as_str().to_owned(), filter.clone());
         }

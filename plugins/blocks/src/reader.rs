@@ -7,14 +7,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use floe_core::fleet::{Fleet, PeerRef};
 use floe_core::OriginReader;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub(crate) use crate::adopt::{adopt, Adopted, Pending};
 use crate::block::{Block, Span};
 use crate::cache::BlockCache;
 use crate::classify::Store;
-use crate::fill::{fill, store_piece, unshared, RunItem};
+use crate::fill::{fill, store_piece, unshared, RunItem, Served, Source};
 use crate::inflight::{self, Claim, FillError, Slot};
 use crate::store::BlockKey;
 use crate::tap::{ServeError, Sink, Tap};
@@ -35,6 +36,8 @@ pub struct Plan {
     pub cached: u64,
     /// Bytes the response will fetch from the origin.
     pub missing_bytes: u64,
+    /// The first block with bytes to fetch.
+    pub first_missing: Option<u64>,
 }
 
 /// Serves bytes `first..=last` of one object version.
@@ -52,10 +55,17 @@ pub struct BlockReader {
     pub(crate) pending: VecDeque<Pending>,
     /// The body of the last fill this reader started.
     pub(crate) tap: Option<Tap>,
+    /// The fleet whose owners fill this reader's misses (`None`: the origin does; always for
+    /// a reader answering a peer, so asks never travel further).
+    pub(crate) fleet: Option<Arc<dyn Fleet>>,
+    /// The first block with missing bytes, looked up before the response began (fleet only).
+    pub(crate) primed: Option<(u64, Result<Got, FillError>)>,
+    /// Where the first fill this reader started got its bytes.
+    pub(crate) served: Option<oneshot::Receiver<Served>>,
 }
 
 /// How a block's bytes come.
-enum Got {
+pub(crate) enum Got {
     /// All here.
     Ready(Bytes),
     /// This reader's own fill fetches in-block bytes `from..to`; `held` has the rest.
@@ -86,7 +96,32 @@ impl BlockReader {
             planned: Default::default(),
             pending: VecDeque::new(),
             tap: None,
+            fleet: None,
+            primed: None,
+            served: None,
         }
+    }
+
+    /// Misses go to their owners in `fleet` first.
+    pub fn with_fleet(mut self, fleet: Option<Arc<dyn Fleet>>) -> Self {
+        self.fleet = fleet;
+        self
+    }
+
+    /// The owner of block `index` when it is a peer.
+    fn owner(&self, index: u64) -> Option<(Arc<dyn Fleet>, PeerRef)> {
+        let f = self.fleet.as_ref()?;
+        let peer = f.owner(&self.target.bucket_key, &self.target.object_key, index)?;
+        Some((f.clone(), peer))
+    }
+
+    /// Whether blocks `prev` and `next` may share one fetch: same placement, same owner.
+    fn together(&self, prev: u64, next: u64) -> bool {
+        if !self.cache.run_split.together(&self.target, prev, next) {
+            return false;
+        }
+        let id = |i| self.owner(i).map(|(_, p)| p.id.clone());
+        self.fleet.is_none() || id(prev) == id(next)
     }
 
     pub(crate) fn bs(&self) -> u64 {
@@ -149,7 +184,12 @@ impl BlockReader {
     }
 
     /// Where the bytes this response needs of block `index` come from.
-    async fn block(&mut self, index: u64) -> Result<Got, FillError> {
+    pub(crate) async fn block(&mut self, index: u64) -> Result<Got, FillError> {
+        if self.primed.as_ref().is_some_and(|(i, _)| *i == index) {
+            if let Some((_, got)) = self.primed.take() {
+                return got;
+            }
+        }
         let (_, lo, hi) = self.need(index);
         let key = self.key(index);
         let store = self.store(index);
@@ -272,9 +312,7 @@ impl BlockReader {
         for j in index + 1..=last {
             let kj = self.key(j);
             let sj = self.store(j);
-            if !self.cache.run_split.together(&self.target, j - 1, j)
-                || self.cache.contains(&kj, sj)
-            {
+            if !self.together(j - 1, j) || self.cache.contains(&kj, sj) {
                 break;
             }
             if sj == Store::Data {
@@ -327,15 +365,41 @@ impl BlockReader {
         if let (Some((from, _)), Some(result)) = (first, result) {
             self.tap = Some(Tap::new(trx, index * bs + u64::from(from), end, result));
         }
+        let report = self.served.is_none().then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.served = Some(rx);
+            tx
+        });
+        let source = Source {
+            origin: self.origin.clone(),
+            owner: self.owner(index),
+            report,
+        };
         tokio::spawn(fill(
             self.cache.clone(),
-            self.origin.clone(),
+            source,
             self.target.clone(),
             run,
             None,
             Some(ttx),
         ));
         first
+    }
+
+    /// With a fleet: starts the response's first fetch before its header is sent, so the
+    /// header can say where the bytes come from (`hit-peer`, `fill-peer`) and a version the
+    /// owner cannot honour is known before the response has begun. `None` when this reader's
+    /// bytes come from the origin or other reads' fills.
+    pub(crate) async fn prime(&mut self, plan: &Plan) -> Option<Result<Served, FillError>> {
+        let index = plan.first_missing?;
+        self.fleet.as_ref()?;
+        let got = self.block(index).await;
+        let failed = got.as_ref().err().cloned();
+        self.primed = Some((index, got));
+        if let Some(e) = failed {
+            return Some(Err(e));
+        }
+        self.served.take()?.await.ok().map(Ok)
     }
 
     /// Takes over the fill the resolving GET started, when it covers this response.

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use floe_core::fleet::PeerError;
 use floe_core::{BucketName, FilterCtx, ObjectKey, OriginError};
 
 use crate::cache::Fill;
@@ -24,6 +25,8 @@ pub(crate) enum Probe<'a> {
     /// With the request's own GET, carrying its Range header (`None`: the whole object); a
     /// multi-range or unsatisfiable header falls back to a HEAD.
     Get(Option<&'a str>),
+    /// With a HEAD at the origin, never asking the owner (answering a peer's head ask).
+    Local,
 }
 
 /// A resolved version, and the fill the resolving GET started (for the resolving request).
@@ -47,6 +50,16 @@ impl BlockFilter {
         let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
             return Ok(None);
         };
+        self.resolve_key(bucket, key, probe).await
+    }
+
+    /// As [`BlockFilter::resolve`], for a bucket and key.
+    pub(crate) async fn resolve_key(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        probe: Probe<'_>,
+    ) -> Result<Option<Resolution>, OriginError> {
         let known = self.map.get(key.as_str());
         if let Some(m) = &known {
             if m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl {
@@ -99,6 +112,10 @@ impl BlockFilter {
                 return (Ok(Some((m, true))), None);
             }
         }
+        let probe = match self.ask_owner(key, class, probe).await {
+            Ok(done) => return (done, None),
+            Err(p) => p,
+        };
         if let (None, Probe::Get(range)) = (&known, probe) {
             // Only a single range (or none) can travel as the request's own GET.
             if matches!(
@@ -125,6 +142,45 @@ impl BlockFilter {
             Err(e) => return (Err(e), None),
         };
         (Ok(Some((self.remember(key, fresh), false))), None)
+    }
+
+    /// In a fleet, the owner of the object's first block resolves it for every node (one
+    /// origin request fleet-wide). `Err(probe)`: resolve here with `probe` (no fleet, this
+    /// node owns it, or the owner did not answer). A GET resolves here only when this node
+    /// owns the first block it reads; otherwise a HEAD, so a node never fills others' blocks.
+    async fn ask_owner<'p>(
+        &self,
+        key: &ObjectKey,
+        class: Class,
+        probe: Probe<'p>,
+    ) -> Result<Resolved, Probe<'p>> {
+        let Some(fleet) = self.fleet.as_ref().filter(|_| probe != Probe::Local) else {
+            return Err(probe);
+        };
+        let Some(owner) = fleet.owner(&self.bucket_key, key.as_str(), 0) else {
+            let first = match probe {
+                Probe::Get(range) => match resolve_range(range, u64::MAX) {
+                    RangeAsk::Whole => Some(0),
+                    RangeAsk::Part { first, .. } => Some(first / self.cache.settings.block_bytes),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let mine =
+                first.is_some_and(|i| fleet.owner(&self.bucket_key, key.as_str(), i).is_none());
+            return Err(if mine { probe } else { Probe::Head });
+        };
+        match fleet.head(&owner, &self.bucket_key, key.as_str()).await {
+            Ok(head) => Ok(Ok(Some((
+                self.remember(key, Mapping::new(head, class)),
+                false,
+            )))),
+            Err(PeerError::NotFound) => Ok(Ok(None)),
+            Err(e) => {
+                tracing::debug!(owner = %owner.id, error = %e, "owner did not resolve: asking the origin");
+                Err(probe)
+            }
+        }
     }
 
     /// Resolves with the request's own GET; its body fills the blocks it covers.

@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::fleet::PeerSource;
 use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
+use crate::fill::Served;
 use crate::filter::BlockFilter;
 use crate::inflight::FillError;
 use crate::mapping::Mapping;
@@ -30,6 +32,9 @@ pub(crate) struct Opened {
     pub(crate) label: &'static str,
     /// Bytes the reader will fetch from the origin.
     pub(crate) missing: u64,
+    /// The node that served (fleet only): the owner for `hit-peer` and `fill-peer`, else
+    /// this node.
+    pub(crate) node: Option<Arc<str>>,
 }
 
 impl BlockFilter {
@@ -41,6 +46,22 @@ impl BlockFilter {
         range: Option<&str>,
         head: bool,
     ) -> Result<Option<Opened>, S3Error> {
+        match self.open_once(ctx, range, head).await? {
+            // The owner could not honour the version this node knew: resolve again, once.
+            Err(key) => {
+                self.map.drop_key(key.as_str());
+                Ok(self.open_once(ctx, range, head).await?.ok().flatten())
+            }
+            Ok(o) => Ok(o),
+        }
+    }
+
+    async fn open_once(
+        &self,
+        ctx: &FilterCtx,
+        range: Option<&str>,
+        head: bool,
+    ) -> Result<Result<Option<Opened>, ObjectKey>, S3Error> {
         // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
         let probe = if head { Probe::Head } else { Probe::Get(range) };
         let Ok(Some(Resolution {
@@ -49,18 +70,18 @@ impl BlockFilter {
             adopted,
         })) = self.resolve(ctx, probe).await
         else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let size = map.size;
         let (first, last, status) = match resolve(range, size) {
-            RangeAsk::Multi => return Ok(None),
+            RangeAsk::Multi => return Ok(Ok(None)),
             RangeAsk::Unsatisfiable => return Err(S3Error::invalid_range(size)),
             RangeAsk::Whole if size == 0 => (0, 0, 200),
             RangeAsk::Whole => (0, size - 1, 200),
             RangeAsk::Part { first, last } => (first, last, 206),
         };
         let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let mut reader = self.reader((bucket, key), &map, (first, last), false);
         if let Some(a) = adopted {
@@ -78,7 +99,7 @@ impl BlockFilter {
             (false, _, 0) => "miss",
             _ => "partial",
         };
-        Ok(Some(Opened {
+        let mut opened = Opened {
             map,
             status,
             first,
@@ -86,7 +107,25 @@ impl BlockFilter {
             reader,
             label,
             missing: plan.missing_bytes,
-        }))
+            node: self.fleet.as_ref().map(|f| f.node_id().clone()),
+        };
+        if !head && size > 0 {
+            match opened.reader.prime(&plan).await {
+                Some(Err(FillError::Changed)) => return Ok(Err(key.clone())),
+                Some(Ok(Served::Peer(source, node))) => {
+                    opened.label = match source {
+                        PeerSource::Hit => "hit-peer",
+                        PeerSource::Fill => "fill-peer",
+                    };
+                    // This node fetched nothing from the origin for the first run; a read
+                    // spanning owners may fetch later runs itself (not counted here).
+                    opened.missing = 0;
+                    opened.node = Some(node);
+                }
+                _ => {}
+            }
+        }
+        Ok(Ok(Some(opened)))
     }
 }
 
@@ -155,14 +194,12 @@ pub(crate) fn internal(e: Box<pingora::Error>) -> S3Error {
     .caused_by(e)
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn response_header(
     map: &Mapping,
     status: u16,
     checksums: bool,
     (first, last, len): (u64, u64, u64),
-    label: &str,
-    origin_bytes: u64,
+    (label, origin_bytes, node): (&str, u64, Option<&str>),
     ctx: &FilterCtx,
 ) -> Result<ResponseHeader, S3Error> {
     let e = |e: Box<pingora::Error>| internal(e);
@@ -190,6 +227,9 @@ pub(crate) fn response_header(
     r.insert_header("x-floe-cache", label).map_err(e)?;
     r.insert_header("x-floe-origin-bytes", origin_bytes.to_string())
         .map_err(e)?;
+    if let Some(n) = node {
+        r.insert_header("x-floe-node", n).map_err(e)?;
+    }
     r.insert_header("x-amz-request-id", ctx.request_id.to_string())
         .map_err(e)?;
     r.insert_header("x-floe-request-id", ctx.request_id.to_string())

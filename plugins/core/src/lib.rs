@@ -13,6 +13,7 @@
 pub mod config;
 mod error;
 mod filter;
+pub mod fleet;
 mod op;
 mod origin;
 pub mod plugin;

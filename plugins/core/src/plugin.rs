@@ -70,7 +70,13 @@ pub struct RouteCx<'a> {
     pub anonymous: &'a [S3Op],
     /// Reads from the route's origin, signed as the proxy signs (`None` without a route).
     pub origin: Option<Arc<dyn OriginReader>>,
+    /// What plugins started earlier share with later ones (e.g. the fleet, as
+    /// `Arc<dyn Fleet>`).
+    pub shared: &'a Shared,
 }
+
+/// What started plugins share with the stages other plugins build, by type.
+pub type Shared = http::Extensions;
 
 /// Makes a plugin from the config file.
 pub trait PluginFactory: Sync {
@@ -114,6 +120,10 @@ pub trait Plugin: Send + Sync {
     fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
         None
     }
+
+    /// Puts what this plugin offers other plugins' stages into `shared` (called once, after
+    /// start-up, in chain order). Default nothing.
+    fn share(&self, _shared: &mut Shared) {}
 
     /// Background services to run beside the proxy (named workers with a shutdown signal).
     fn background(&self) -> Vec<Box<dyn pingora::services::ServiceWithDependents>> {

@@ -95,6 +95,9 @@ pub struct StoreStatsDoc {
     pub dram_entries: u64,
     pub evictions: u64,
     pub origin_bytes: u64,
+    /// Bytes fetched from owner nodes (fleet only).
+    #[serde(default)]
+    pub peer_bytes: u64,
 }
 
 /// `GET /stats`.

@@ -1,0 +1,128 @@
+//! The owner's side of the fleet: other nodes' head and block asks answered from this node's
+//! tiers, filling what it lacks from the origin through the same single-flight claims as client
+//! reads (64 askers on 4 nodes make one origin GET). A reader answering a peer never asks
+//! another peer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::fleet::{BlockAsk, PeerBody, PeerError, PeerServer, PeerSource};
+use floe_core::{BucketName, ByteStream, ObjectHead, ObjectKey, OriginError};
+use tokio::sync::mpsc;
+
+use crate::filter::BlockFilter;
+use crate::mapping::Mapping;
+use crate::range::blocks_of;
+use crate::resolve::Probe;
+use crate::tap::{ServeError, Sink};
+
+fn unavailable(e: impl std::fmt::Display) -> PeerError {
+    PeerError::Unavailable(e.to_string())
+}
+
+/// The head an asker rebuilds its mapping from.
+fn head_of(m: &Mapping) -> ObjectHead {
+    let pairs = |l: &[(http::HeaderName, http::HeaderValue)]| -> Vec<(String, String)> {
+        l.iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+            .collect()
+    };
+    ObjectHead {
+        etag: m.etag.clone(),
+        size: m.size,
+        headers: pairs(&m.headers),
+        checksums: m.checksums.as_deref().map(pairs),
+    }
+}
+
+#[async_trait]
+impl PeerServer for BlockFilter {
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectHead, PeerError> {
+        let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
+        match self.resolve_key(&bucket, key, Probe::Local).await {
+            Ok(Some(r)) => Ok(head_of(&r.map)),
+            Ok(None) => Err(PeerError::NotFound),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn blocks(&self, key: &ObjectKey, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
+        if ask.block_bytes != self.cache.settings.block_bytes {
+            return Err(PeerError::Refused(format!(
+                "block size {} here, {} asked",
+                self.cache.settings.block_bytes, ask.block_bytes
+            )));
+        }
+        let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
+        // The asker's version, whatever this node's mapping says: blocks are keyed by ETag and
+        // filled with If-Match on it, so they can only ever be that version's bytes.
+        let map = match self.map.get(key.as_str()) {
+            Some(m) if m.etag == *ask.etag && m.size == ask.size => m,
+            _ => Arc::new(Mapping {
+                etag: ask.etag.clone(),
+                etag_key: Arc::from(ask.etag.as_str()),
+                size: ask.size,
+                headers: Vec::new(),
+                checksums: None,
+                class: self.class_of(key.as_str()),
+                checked: Instant::now(),
+            }),
+        };
+        let mut reader = self
+            .reader((&bucket, key), &map, (ask.first, ask.last), false)
+            .with_fleet(None);
+        let plan = reader.plan().await;
+        let source = if plan.missing_bytes == 0 {
+            PeerSource::Hit
+        } else {
+            PeerSource::Fill
+        };
+        let (tx, rx) = mpsc::channel(4);
+        let (b0, b1) = blocks_of(ask.first, ask.last, self.cache.settings.block_bytes);
+        tokio::spawn(async move {
+            let mut sink = ChannelSink(tx);
+            for i in b0..=b1 {
+                if let Err(e) = reader.serve(i, &mut sink).await {
+                    let _ = sink
+                        .0
+                        .send(Err(OriginError::Transport(e.to_string())))
+                        .await;
+                    return;
+                }
+            }
+        });
+        Ok(PeerBody {
+            node: self
+                .fleet
+                .as_ref()
+                .map_or_else(|| Arc::from(""), |f| f.node_id().clone()),
+            source,
+            body: Box::new(ChannelStream(rx)),
+        })
+    }
+}
+
+/// Puts served bytes into the answer's channel.
+struct ChannelSink(mpsc::Sender<Result<Bytes, OriginError>>);
+
+#[async_trait]
+impl Sink for ChannelSink {
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ServeError> {
+        self.0
+            .send(Ok(bytes))
+            .await
+            .map_err(|_| ServeError::Sink("the asker went away".into()))
+    }
+}
+
+/// The answer's body, read from the channel.
+struct ChannelStream(mpsc::Receiver<Result<Bytes, OriginError>>);
+
+#[async_trait]
+impl ByteStream for ChannelStream {
+    async fn next(&mut self) -> Result<Option<Bytes>, OriginError> {
+        self.0.recv().await.transpose()
+    }
+}

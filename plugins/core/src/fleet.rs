@@ -1,0 +1,154 @@
+//! The fleet seam: how a node's block cache finds the owner of a block and asks it, and how it
+//! answers other nodes' asks. The `ring` plugin implements [`Fleet`] (membership, weighted
+//! rendezvous owners, the peer API); the `blocks` plugin implements [`PeerServer`] and uses
+//! [`Fleet`] on its miss path. One node without a fleet has neither.
+//!
+//! Ownership is placement, never consistency: blocks are keyed by ETag, so a copy served by any
+//! node is as good as the owner's. The owner is where concurrent misses converge (one origin
+//! fill per block fleet-wide), not the only place a block lives.
+//!
+//! ```
+//! use floe_core::fleet::{BlockAsk, PeerError};
+//! use floe_core::ETag;
+//! let etag = ETag::parse("\"abc\"").unwrap();
+//! let ask = BlockAsk { bucket: "wh", key: "t/data/a.parquet", etag: &etag, size: 10 << 20,
+//!                      block_bytes: 1 << 20, first: 0, last: (1 << 20) - 1 };
+//! assert_eq!(ask.len(), 1 << 20);
+//! assert_eq!(PeerError::Conflict.status(), 412);
+//! ```
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::{ByteStream, ETag, ObjectHead, ObjectKey};
+
+/// Another node of the fleet, as the view names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its stable node id (a StatefulSet pod name, or set in its config).
+    pub id: Arc<str>,
+    /// Its peer API address, `host:port`.
+    pub addr: Arc<str>,
+}
+
+/// A handle on a peer, cheap to clone.
+pub type PeerRef = Arc<Peer>;
+
+/// One ask between nodes: bytes `first..=last` of version `etag` (of `size` bytes) of
+/// (`bucket`, `key`), cached in blocks of `block_bytes`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockAsk<'a> {
+    /// Bucket.
+    pub bucket: &'a str,
+    /// Object key.
+    pub key: &'a str,
+    /// The version the bytes must belong to (the owner fills with If-Match on it).
+    pub etag: &'a ETag,
+    /// The version's size.
+    pub size: u64,
+    /// The asker's block geometry; an owner with another one refuses.
+    pub block_bytes: u64,
+    /// First byte.
+    pub first: u64,
+    /// Last byte, inclusive.
+    pub last: u64,
+}
+
+impl BlockAsk<'_> {
+    /// Bytes asked for.
+    pub fn len(&self) -> u64 {
+        self.last + 1 - self.first
+    }
+
+    /// Never empty (`last` is inclusive).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// How the owner got the bytes it answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerSource {
+    /// All from its own tiers.
+    Hit,
+    /// Some or all filled from the origin for this ask (or joined a fill in flight).
+    Fill,
+}
+
+/// The owner's answer to a [`BlockAsk`].
+pub struct PeerBody {
+    /// The node that answered.
+    pub node: Arc<str>,
+    /// How it got them.
+    pub source: PeerSource,
+    /// Exactly [`BlockAsk::len`] bytes; a short body is an error.
+    pub body: Box<dyn ByteStream>,
+}
+
+/// Why a peer could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerError {
+    /// The owner cannot honour that ETag (the origin has another version): re-resolve.
+    #[error("the owner has another version")]
+    Conflict,
+    /// The object does not exist.
+    #[error("no such object")]
+    NotFound,
+    /// The owner uses another block size, or refused the ask as malformed.
+    #[error("the owner refused the ask: {0}")]
+    Refused(String),
+    /// Down, slow, cut off, or any other transport or server fault: the asker goes to the
+    /// origin itself.
+    #[error("peer unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl PeerError {
+    /// The peer API status for this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            PeerError::Conflict => 412,
+            PeerError::NotFound => 404,
+            PeerError::Refused(_) => 400,
+            PeerError::Unavailable(_) => 503,
+        }
+    }
+}
+
+/// A node's place in the fleet, as its block cache uses it.
+///
+/// Contract: [`Fleet::owner`] is a pure function of the current membership view, cheap and
+/// lock-free (it runs on the miss path); every node with the same view picks the same owner.
+/// The ask methods never take longer than the fleet's peer timeout to fail, so a caller can
+/// fall back to the origin and the client never sees a peer fault.
+#[async_trait]
+pub trait Fleet: Send + Sync {
+    /// This node's id.
+    fn node_id(&self) -> &Arc<str>;
+
+    /// The owner of block `index` of (`bucket`, `key`): `None` when it is this node (or the
+    /// fleet has no other live member).
+    fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef>;
+
+    /// Asks `peer` for the current version of (`bucket`, `key`).
+    async fn head(&self, peer: &PeerRef, bucket: &str, key: &str) -> Result<ObjectHead, PeerError>;
+
+    /// Asks `peer` for the bytes of `ask`; `Ok` once the peer's answer has begun.
+    async fn blocks(&self, peer: &PeerRef, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError>;
+
+    /// Registers the server that answers other nodes' asks for `bucket`.
+    fn serve(&self, bucket: &str, server: Arc<dyn PeerServer>);
+}
+
+/// Answers other nodes' asks for one bucket from this node's tiers, filling from the origin
+/// (once for every asker) what it does not hold. Never forwards to another peer.
+#[async_trait]
+pub trait PeerServer: Send + Sync {
+    /// The current version of `key`, as this node resolves it.
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectHead, PeerError>;
+
+    /// The bytes of `ask`; `Ok` once the first of them is ready, so a version conflict is an
+    /// error rather than a cut body.
+    async fn blocks(&self, key: &ObjectKey, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError>;
+}

@@ -1,0 +1,245 @@
+//! The asker's side of the peer API, over Pingora's connector (pooled keep-alive connections,
+//! as origin reads use). Every ask is bounded: connecting and the start of the answer within
+//! the peer timeout (a head, which may wait on the owner's origin HEAD, within four of them),
+//! and each later piece of a body within ten, so a slow or dead owner costs the asker one
+//! timeout before it goes to the origin itself.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::fleet::{BlockAsk, Peer, PeerBody, PeerError, PeerSource};
+use floe_core::{ByteStream, ObjectHead, OriginError};
+use pingora::connectors::http::Connector;
+use pingora::http::RequestHeader;
+use pingora::protocols::http::client::HttpSession;
+use pingora::upstreams::peer::HttpPeer;
+
+use crate::metrics;
+use crate::wire::{enc, sign, HeadDoc, AUTH, NODE, SOURCE};
+
+const IDLE: Option<Duration> = Some(Duration::from_secs(60));
+/// Largest head document read.
+const MAX_HEAD_DOC: usize = 1 << 20;
+
+/// Asks peers.
+pub struct PeerClient {
+    connector: Arc<Connector>,
+    secret: Arc<Vec<u8>>,
+    timeout: Duration,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> PeerError {
+    PeerError::Unavailable(e.to_string())
+}
+
+impl PeerClient {
+    /// A client authenticating with `secret`, waiting `timeout` for a peer to answer.
+    pub fn new(secret: Arc<Vec<u8>>, timeout: Duration) -> Self {
+        Self {
+            connector: Arc::new(Connector::new(None)),
+            secret,
+            timeout,
+        }
+    }
+
+    async fn resolve(addr: &str) -> Result<SocketAddr, PeerError> {
+        if let Ok(a) = addr.parse() {
+            return Ok(a);
+        }
+        tokio::net::lookup_host(addr)
+            .await
+            .map_err(unavailable)?
+            .next()
+            .ok_or_else(|| unavailable(format!("{addr} resolves to nothing")))
+    }
+
+    /// Sends `GET path` to `peer` and reads the answer's header, within `wait`.
+    async fn get(
+        &self,
+        peer: &Peer,
+        path: &str,
+        wait: Duration,
+    ) -> Result<(HttpSession, HttpPeer, u16), PeerError> {
+        let work = async {
+            let addr = Self::resolve(&peer.addr).await?;
+            let hp = HttpPeer::new(addr, false, String::new());
+            let mut req =
+                RequestHeader::build("GET", path.as_bytes(), None).map_err(unavailable)?;
+            req.insert_header(AUTH, sign(&self.secret, "GET", path))
+                .map_err(unavailable)?;
+            req.insert_header("host", &*peer.addr)
+                .map_err(unavailable)?;
+            let (mut s, _) = self
+                .connector
+                .get_http_session(&hp)
+                .await
+                .map_err(unavailable)?;
+            s.write_request_header(Box::new(req))
+                .await
+                .map_err(unavailable)?;
+            s.finish_request_body().await.map_err(unavailable)?;
+            s.read_response_header().await.map_err(unavailable)?;
+            let status = s.response_header().map_or(0, |h| h.status.as_u16());
+            Ok((s, hp, status))
+        };
+        tokio::time::timeout(wait, work)
+            .await
+            .map_err(|_| unavailable(format!("{} did not answer in {wait:?}", peer.id)))?
+    }
+
+    fn status_error(status: u16) -> PeerError {
+        match status {
+            412 => PeerError::Conflict,
+            404 => PeerError::NotFound,
+            400 => PeerError::Refused("bad ask".into()),
+            s => unavailable(format!("peer answered {s}")),
+        }
+    }
+
+    /// The owner's version of (`bucket`, `key`).
+    pub async fn head(
+        &self,
+        peer: &Peer,
+        bucket: &str,
+        key: &str,
+    ) -> Result<ObjectHead, PeerError> {
+        let path = format!("/v1/head?bucket={}&key={}", enc(bucket), enc(key));
+        let started = Instant::now();
+        let r = self.head_inner(peer, &path).await;
+        record("head", &r, started);
+        r
+    }
+
+    async fn head_inner(&self, peer: &Peer, path: &str) -> Result<ObjectHead, PeerError> {
+        let (mut s, hp, status) = self.get(peer, path, self.timeout * 4).await?;
+        if status != 200 {
+            self.connector.release_http_session(s, &hp, IDLE).await;
+            return Err(Self::status_error(status));
+        }
+        let mut doc = Vec::new();
+        let read = async {
+            while let Some(b) = s.read_response_body().await.map_err(unavailable)? {
+                doc.extend_from_slice(&b);
+                if doc.len() > MAX_HEAD_DOC {
+                    return Err(unavailable("head document too large"));
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.timeout * 4, read)
+            .await
+            .map_err(|_| unavailable("head document timed out"))??;
+        self.connector.release_http_session(s, &hp, IDLE).await;
+        serde_json::from_slice::<HeadDoc>(&doc)
+            .ok()
+            .and_then(HeadDoc::into_head)
+            .ok_or_else(|| unavailable("unreadable head document"))
+    }
+
+    /// The bytes of `ask` from `peer`.
+    pub async fn blocks(&self, peer: &Peer, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
+        let path = format!(
+            "/v1/blocks?bucket={}&key={}&etag={}&size={}&block={}&first={}&last={}",
+            enc(ask.bucket),
+            enc(ask.key),
+            enc(ask.etag.as_str()),
+            ask.size,
+            ask.block_bytes,
+            ask.first,
+            ask.last
+        );
+        let started = Instant::now();
+        let r = self.blocks_inner(peer, &path, ask.len()).await;
+        record("blocks", &r, started);
+        r
+    }
+
+    async fn blocks_inner(&self, peer: &Peer, path: &str, len: u64) -> Result<PeerBody, PeerError> {
+        let (s, hp, status) = self.get(peer, path, self.timeout).await?;
+        if status != 200 {
+            self.connector.release_http_session(s, &hp, IDLE).await;
+            return Err(Self::status_error(status));
+        }
+        let header = |n: &str| {
+            s.response_header()
+                .and_then(|h| h.headers.get(n))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let node: Arc<str> = Arc::from(header(NODE).unwrap_or_else(|| peer.id.to_string()));
+        let source = match header(SOURCE).as_deref() {
+            Some("hit") => PeerSource::Hit,
+            _ => PeerSource::Fill,
+        };
+        Ok(PeerBody {
+            node,
+            source,
+            body: Box::new(PeerStream {
+                session: Some(s),
+                peer: hp,
+                connector: self.connector.clone(),
+                remaining: len,
+                gap: self.timeout * 10,
+            }),
+        })
+    }
+}
+
+fn record<T>(kind: &str, r: &Result<T, PeerError>, started: Instant) {
+    let result = match r {
+        Ok(_) => "ok",
+        Err(PeerError::Conflict) => "conflict",
+        Err(PeerError::NotFound) => "not_found",
+        Err(PeerError::Refused(_)) => "refused",
+        Err(PeerError::Unavailable(_)) => "unavailable",
+    };
+    metrics::with(|m| {
+        m.asks.with_label_values(&[kind, result]).inc();
+        if r.is_ok() {
+            m.ask_seconds.observe(started.elapsed().as_secs_f64());
+        }
+    });
+}
+
+/// An owner's answer body: exactly the asked bytes, each piece within the gap timeout.
+struct PeerStream {
+    session: Option<HttpSession>,
+    peer: HttpPeer,
+    connector: Arc<Connector>,
+    remaining: u64,
+    gap: Duration,
+}
+
+#[async_trait]
+impl ByteStream for PeerStream {
+    async fn next(&mut self) -> Result<Option<Bytes>, OriginError> {
+        let Some(s) = self.session.as_mut() else {
+            return Ok(None);
+        };
+        let piece = tokio::time::timeout(self.gap, s.read_response_body())
+            .await
+            .map_err(|_| OriginError::Transport("peer body stalled".into()))?
+            .map_err(|e| OriginError::Transport(format!("peer body: {e}")))?;
+        match piece {
+            Some(b) => {
+                self.remaining = self.remaining.saturating_sub(b.len() as u64);
+                Ok(Some(b))
+            }
+            None if self.remaining == 0 => {
+                if let Some(s) = self.session.take() {
+                    self.connector
+                        .release_http_session(s, &self.peer, IDLE)
+                        .await;
+                }
+                Ok(None)
+            }
+            None => Err(OriginError::Transport(format!(
+                "peer body ended {} bytes short",
+                self.remaining
+            ))),
+        }
+    }
+}

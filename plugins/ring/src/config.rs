@@ -1,0 +1,252 @@
+//! The `fleet:` section of floe-proxy's config: what operators write (unknown keys refused,
+//! every default named and explained) and its validation into [`FleetSettings`]. No `fleet:`
+//! section: one node, as before.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use floe_core::config::{ConfigCx, ConfigError};
+use serde::Deserialize;
+
+/// The top-level keys of a config file this plugin reads (others are ignored here).
+#[derive(Debug, Deserialize)]
+pub struct FileSections {
+    /// The fleet.
+    #[serde(default)]
+    pub fleet: Option<FleetSection>,
+}
+
+/// How this node joins a fleet.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSection {
+    /// This node's stable id. Default: the `HOSTNAME` environment variable, which is the pod
+    /// name in a StatefulSet (stable across restarts, so a restarted node owns what it owned).
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// The address other nodes reach this node at, `host:port`: the peer API listens on its
+    /// TCP port and gossip on the same UDP port. Required.
+    pub peer_address: String,
+    /// Where to bind both. Default: `peer_address` (in a pod, set `0.0.0.0:<port>`).
+    #[serde(default)]
+    pub bind: Option<String>,
+    /// Other nodes' `peer_address`es to gossip with first. Default none.
+    #[serde(default)]
+    pub seeds: Vec<String>,
+    /// A DNS name (`name:port`) whose addresses are seeds, re-resolved periodically (a
+    /// Kubernetes headless service). Default none. One of `seeds` or `dns` is needed unless the
+    /// fleet is this node alone.
+    #[serde(default)]
+    pub dns: Option<String>,
+    /// Environment variable holding the fleet secret (at least 16 bytes), which authenticates
+    /// gossip and the peer API. Required.
+    pub secret_env: String,
+    /// Advertised capacity in bytes (the node's NVMe cache size): the node's weight in
+    /// ownership. Default 100 GiB, so nodes that leave it out weigh the same.
+    #[serde(default = "default_capacity")]
+    pub capacity_bytes: u64,
+    /// The node's zone; owners in the asker's zone are preferred when zones are set. Default "".
+    #[serde(default)]
+    pub zone: String,
+    /// Name shared by one fleet's nodes; gossip from another cluster id is ignored. Default
+    /// "floe".
+    #[serde(default = "default_cluster")]
+    pub cluster_id: String,
+    /// Gossip round interval. Default 200 ms: with `phi_threshold` 8 a dead node leaves the
+    /// live view in about 8 intervals (~1.6 s), inside the 3 s the fleet promises.
+    #[serde(default = "default_gossip_ms")]
+    pub gossip_interval_ms: u64,
+    /// Failure detector threshold (elapsed / mean heartbeat interval). Default 8.
+    #[serde(default = "default_phi")]
+    pub phi_threshold: f64,
+    /// How long an asker waits for a peer to connect and begin its answer before it fills from
+    /// the origin itself. Default 500 ms: above a loaded peer's worst fill start, below what a
+    /// client notices on a cold read.
+    #[serde(default = "default_peer_timeout_ms")]
+    pub peer_timeout_ms: u64,
+}
+
+fn default_capacity() -> u64 {
+    100 << 30
+}
+fn default_cluster() -> String {
+    "floe".into()
+}
+fn default_gossip_ms() -> u64 {
+    200
+}
+fn default_phi() -> f64 {
+    8.0
+}
+fn default_peer_timeout_ms() -> u64 {
+    500
+}
+
+/// A validated `fleet:` section.
+#[derive(Debug, Clone)]
+pub struct FleetSettings {
+    /// This node's id.
+    pub node_id: String,
+    /// Advertised `host:port`.
+    pub peer_address: String,
+    /// Bound address (TCP peer API and UDP gossip).
+    pub bind: SocketAddr,
+    /// Advertised gossip address (UDP).
+    pub gossip_advertise: SocketAddr,
+    /// Seed `host:port`s (static and DNS).
+    pub seeds: Vec<String>,
+    /// The fleet secret.
+    pub secret: Vec<u8>,
+    /// Weight.
+    pub capacity_bytes: u64,
+    /// Zone.
+    pub zone: String,
+    /// Cluster id.
+    pub cluster_id: String,
+    /// Gossip interval.
+    pub gossip_interval: Duration,
+    /// Failure detector threshold.
+    pub phi_threshold: f64,
+    /// Peer connect and first-byte timeout.
+    pub peer_timeout: Duration,
+}
+
+fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
+    addr.to_socket_addrs()
+        .map_err(|e| cx.err(key, format!("{addr:?} is not a host:port: {e}")))?
+        .next()
+        .ok_or_else(|| cx.err(key, format!("{addr:?} resolves to no address")))
+}
+
+/// Validates the section.
+pub fn validate(cx: &ConfigCx<'_>, s: &FleetSection) -> Result<FleetSettings, ConfigError> {
+    let node_id = match &s.node_id {
+        Some(id) => id.clone(),
+        None => (cx.env)("HOSTNAME").unwrap_or_default(),
+    };
+    if node_id.is_empty() || node_id.len() > 253 || node_id.chars().any(char::is_whitespace) {
+        return Err(cx.err(
+            "fleet.node_id",
+            "set a stable node id (1-253 characters, no spaces) here or in HOSTNAME",
+        ));
+    }
+    let gossip_advertise = socket(cx, "fleet.peer_address", &s.peer_address)?;
+    if gossip_advertise.ip().is_unspecified() {
+        return Err(cx.err(
+            "fleet.peer_address",
+            "must be an address other nodes can reach, not 0.0.0.0 (bind: takes that)",
+        ));
+    }
+    let bind = match &s.bind {
+        Some(b) => socket(cx, "fleet.bind", b)?,
+        None => gossip_advertise,
+    };
+    let mut seeds = Vec::new();
+    for (i, seed) in s.seeds.iter().enumerate() {
+        socket(cx, &format!("fleet.seeds[{i}]"), seed)?;
+        seeds.push(seed.clone());
+    }
+    if let Some(d) = &s.dns {
+        let ok = d
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !ok {
+            return Err(cx.err("fleet.dns", format!("{d:?} is not a name:port")));
+        }
+        seeds.push(d.clone());
+    }
+    let secret = cx.secret_env("fleet.secret_env", &s.secret_env)?;
+    if secret.len() < 16 {
+        return Err(cx.err(
+            "fleet.secret_env",
+            "the fleet secret needs at least 16 bytes",
+        ));
+    }
+    if s.capacity_bytes == 0 {
+        return Err(cx.err("fleet.capacity_bytes", "must be above 0"));
+    }
+    if !(10..=10_000).contains(&s.gossip_interval_ms) {
+        return Err(cx.err("fleet.gossip_interval_ms", "must be 10-10000"));
+    }
+    if !(1.0..=100.0).contains(&s.phi_threshold) {
+        return Err(cx.err("fleet.phi_threshold", "must be 1-100"));
+    }
+    if !(10..=60_000).contains(&s.peer_timeout_ms) {
+        return Err(cx.err("fleet.peer_timeout_ms", "must be 10-60000"));
+    }
+    Ok(FleetSettings {
+        node_id,
+        peer_address: s.peer_address.clone(),
+        bind,
+        gossip_advertise,
+        seeds,
+        secret: secret.into_bytes(),
+        capacity_bytes: s.capacity_bytes,
+        zone: s.zone.clone(),
+        cluster_id: s.cluster_id.clone(),
+        gossip_interval: Duration::from_millis(s.gossip_interval_ms),
+        phi_threshold: s.phi_threshold,
+        peer_timeout: Duration::from_millis(s.peer_timeout_ms),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<FleetSettings, ConfigError> {
+        let env = |v: &str| match v {
+            "SECRET" => Some("0123456789abcdef0123".to_owned()),
+            "SHORT" => Some("abc".to_owned()),
+            _ => None,
+        };
+        let cx = ConfigCx {
+            file: "floe.yaml",
+            env: &env,
+        };
+        let raw: FileSections =
+            serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
+        validate(
+            &cx,
+            raw.fleet
+                .as_ref()
+                .ok_or_else(|| cx.err("fleet", "absent"))?,
+        )
+    }
+
+    #[test]
+    fn a_minimal_section_takes_the_named_defaults() {
+        let s = parse("fleet: {node_id: a, peer_address: '127.0.0.1:9200', secret_env: SECRET}")
+            .unwrap();
+        assert_eq!(s.capacity_bytes, 100 << 30);
+        assert_eq!(s.gossip_interval, Duration::from_millis(200));
+        assert_eq!(s.bind, s.gossip_advertise);
+        assert_eq!(s.cluster_id, "floe");
+    }
+
+    #[test]
+    fn the_broken_fixture_names_file_key_and_reason() {
+        let text = include_str!("../../../conf/testdata/fleet-wrongkey.yaml");
+        let e = parse(text).unwrap_err();
+        assert_eq!(e.file, "floe.yaml");
+        assert!(e.reason.contains("seed"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("fleet: {node_id: 'a b', peer_address: '127.0.0.1:1', secret_env: SECRET}", "fleet.node_id"),
+            ("fleet: {node_id: a, peer_address: '0.0.0.0:1', secret_env: SECRET}", "fleet.peer_address"),
+            ("fleet: {node_id: a, peer_address: 'nope', secret_env: SECRET}", "fleet.peer_address"),
+            ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SHORT}", "fleet.secret_env"),
+            ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: UNSET}", "fleet.secret_env"),
+            ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, seeds: [x]}", "fleet.seeds[0]"),
+            ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, dns: svc}", "fleet.dns"),
+            ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, capacity_bytes: 0}", "fleet.capacity_bytes"),
+        ];
+        for (text, key) in cases {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The `ring` plugin: owns the `fleet:` section, joins the fleet at start-up (gossip and the
+//! peer API run on a runtime of their own), and shares the [`Ring`] with the block cache as
+//! `Arc<dyn Fleet>`. It is not a route stage: routes list `blocks`, which finds the fleet.
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use floe_core::config::{ConfigCx, ConfigError};
+use floe_core::fleet::{BlockAsk, Fleet, PeerBody, PeerError, PeerRef, PeerServer};
+use floe_core::plugin::{
+    AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx, Shared,
+    StartError,
+};
+use floe_core::{ObjectHead, RequestFilter};
+use pingora::services::background::background_service;
+use pingora::services::ServiceWithDependents;
+
+use crate::client::PeerClient;
+use crate::config::{validate, FileSections, FleetSettings};
+use crate::gossip::{DrainOnShutdown, Gossip};
+use crate::server::{PeerApi, PeerListener, Servers};
+use crate::view::Membership;
+
+/// The factory the proxy lists.
+pub static FACTORY: RingFactory = RingFactory;
+
+/// Makes the `ring` plugin from the `fleet:` section.
+pub struct RingFactory;
+
+impl PluginFactory for RingFactory {
+    fn name(&self) -> &'static str {
+        "ring"
+    }
+
+    fn sections(&self) -> &'static [&'static str] {
+        &["fleet"]
+    }
+
+    fn configure(&self, cx: &ConfigCx<'_>, text: &str) -> Result<Box<dyn Configured>, ConfigError> {
+        let raw: FileSections =
+            serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
+        let settings = match &raw.fleet {
+            Some(f) => Some(validate(cx, f)?),
+            None => None,
+        };
+        Ok(Box::new(RingConfig { settings }))
+    }
+}
+
+/// The validated `fleet:` section (none: one node).
+#[derive(Debug)]
+pub struct RingConfig {
+    settings: Option<FleetSettings>,
+}
+
+/// Gossip, the membership follower and the peer API run here: started before Pingora's
+/// runtimes exist, living as long as the process (a drained node keeps serving peers).
+static FLEET_RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+fn runtime() -> Result<&'static tokio::runtime::Runtime, StartError> {
+    if FLEET_RUNTIME.get().is_none() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("floe-fleet")
+            .enable_all()
+            .build()?;
+        let _ = FLEET_RUNTIME.set(rt);
+    }
+    FLEET_RUNTIME
+        .get()
+        .ok_or_else(|| "the fleet runtime did not start".into())
+}
+
+#[async_trait]
+impl Configured for RingConfig {
+    fn check_route(&self, cx: &ConfigCx<'_>, key: &str) -> Result<(), ConfigError> {
+        Err(cx.err(
+            key,
+            "ring is not a route filter: a fleet: section puts every blocks route in the fleet",
+        ))
+    }
+
+    async fn start(self: Box<Self>) -> Result<Arc<dyn Plugin>, StartError> {
+        let Some(s) = self.settings else {
+            return Ok(Arc::new(RingPlugin { ring: None }));
+        };
+        let rt = runtime()?;
+        let ring = rt.spawn(Ring::join(s)).await??;
+        Ok(Arc::new(RingPlugin { ring: Some(ring) }))
+    }
+}
+
+/// This node in the fleet: the membership view, the peer client, the peer API's servers.
+pub struct Ring {
+    me: Arc<str>,
+    membership: Arc<Membership>,
+    client: PeerClient,
+    servers: Servers,
+    gossip: Arc<Gossip>,
+    listener: Arc<PeerListener>,
+    settings: FleetSettings,
+}
+
+impl Ring {
+    /// Binds the peer API, starts gossip and the membership follower (on the current runtime).
+    pub async fn join(s: FleetSettings) -> Result<Arc<Ring>, StartError> {
+        let me: Arc<str> = Arc::from(s.node_id.as_str());
+        let secret = Arc::new(s.secret.clone());
+        let listener = tokio::net::TcpListener::bind(s.bind)
+            .await
+            .map_err(|e| format!("cannot bind the peer API to {}: {e}", s.bind))?;
+        let servers = Servers::default();
+        let listener = Arc::new(PeerListener {
+            listener: std::sync::Mutex::new(Some(listener)),
+            api: Arc::new(PeerApi {
+                node: me.clone(),
+                secret: secret.clone(),
+                servers: servers.clone(),
+            }),
+        });
+        let gossip = Arc::new(
+            Gossip::start(&s)
+                .await
+                .map_err(|e| format!("cannot start gossip on {}/udp: {e}", s.bind))?,
+        );
+        let membership = Arc::new(Membership::new(me.clone()));
+        let (g, m) = (gossip.clone(), membership.clone());
+        tokio::spawn(async move { g.run(&m).await });
+        let l = listener.clone();
+        tokio::spawn(async move { l.serve().await });
+        tracing::info!(node = %me, address = %s.peer_address, "joined the fleet");
+        Ok(Arc::new(Ring {
+            me,
+            membership,
+            client: PeerClient::new(secret, s.peer_timeout),
+            servers,
+            gossip,
+            listener,
+            settings: s,
+        }))
+    }
+
+    /// The membership view.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+}
+
+#[async_trait]
+impl Fleet for Ring {
+    fn node_id(&self) -> &Arc<str> {
+        &self.me
+    }
+
+    fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
+        self.membership.owner(bucket, key, index)
+    }
+
+    async fn head(&self, peer: &PeerRef, bucket: &str, key: &str) -> Result<ObjectHead, PeerError> {
+        self.client.head(peer, bucket, key).await
+    }
+
+    async fn blocks(&self, peer: &PeerRef, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
+        self.client.blocks(peer, ask).await
+    }
+
+    fn serve(&self, bucket: &str, server: Arc<dyn PeerServer>) {
+        if let Ok(mut s) = self.servers.write() {
+            s.insert(bucket.to_owned(), server);
+        }
+    }
+}
+
+/// The started plugin.
+pub struct RingPlugin {
+    ring: Option<Arc<Ring>>,
+}
+
+impl Plugin for RingPlugin {
+    fn name(&self) -> &'static str {
+        "ring"
+    }
+
+    fn build(&self, _route: &RouteCx<'_>) -> Result<Arc<dyn RequestFilter>, StartError> {
+        Err("ring is not a route filter".into())
+    }
+
+    fn share(&self, shared: &mut Shared) {
+        if let Some(r) = &self.ring {
+            shared.insert::<Arc<dyn Fleet>>(r.clone());
+        }
+    }
+
+    fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
+        self.ring.clone().map(|r| r as Arc<dyn AdminHandler>)
+    }
+
+    fn background(&self) -> Vec<Box<dyn ServiceWithDependents>> {
+        let Some(r) = &self.ring else {
+            return Vec::new();
+        };
+        vec![Box::new(background_service(
+            "floe-fleet-drain",
+            DrainOnShutdown(r.gossip.clone()),
+        ))]
+    }
+}
+
+/// `GET /fleet`: this node's view; `POST /fleet/drain`: leave ownership now (as SIGTERM does).
+#[async_trait]
+impl AdminHandler for Ring {
+    async fn handle(&self, req: &AdminRequest) -> Option<AdminResponse> {
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/fleet") => Some(AdminResponse::json(200, self.view_doc())),
+            ("POST", "/fleet/drain") => {
+                self.gossip.drain().await;
+                Some(AdminResponse::json(200, self.view_doc()))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Ring {
+    fn view_doc(&self) -> serde_json::Value {
+        let view = self.membership.load();
+        let members: Vec<serde_json::Value> = view
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "node_id": &*m.peer.id,
+                    "peer_address": &*m.peer.addr,
+                    "generation": m.generation,
+                    "capacity_bytes": m.capacity,
+                    "zone": &*m.zone,
+                    "state": m.state.as_str(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "node_id": &*self.me,
+            "draining": self.gossip.is_draining(),
+            "peer_timeout_ms": self.settings.peer_timeout.as_millis() as u64,
+            "listening": self.listener.is_bound(),
+            "members": members,
+        })
+    }
+}

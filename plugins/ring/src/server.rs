@@ -1,0 +1,258 @@
+//! The owner's side of the peer API: its own listener (hyper, HTTP/1.1 keep-alive), every
+//! request authenticated with the fleet secret, answered by the bucket's [`PeerServer`].
+//! Served until the process exits, so a draining node stays a donor through its grace period.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use floe_core::fleet::{BlockAsk, PeerError, PeerServer, PeerSource};
+use floe_core::{ETag, ObjectKey};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use percent_encoding::percent_decode_str;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::metrics;
+use crate::wire::{verify, HeadDoc, AUTH, NODE, SOURCE};
+
+/// Peer servers by bucket.
+pub type Servers = Arc<RwLock<HashMap<String, Arc<dyn PeerServer>>>>;
+
+/// What the listener needs.
+pub struct PeerApi {
+    /// This node's id.
+    pub node: Arc<str>,
+    /// The fleet secret.
+    pub secret: Arc<Vec<u8>>,
+    /// Servers by bucket.
+    pub servers: Servers,
+}
+
+/// A response body fed by a channel (an owner's blocks as they are served).
+pub struct ChannelBody {
+    rx: Option<mpsc::Receiver<Result<Bytes, std::io::Error>>>,
+    len: u64,
+    once: Option<Bytes>,
+}
+
+impl ChannelBody {
+    fn full(b: Bytes) -> Self {
+        Self {
+            rx: None,
+            len: b.len() as u64,
+            once: Some(b),
+        }
+    }
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if let Some(b) = self.once.take() {
+            return Poll::Ready(Some(Ok(Frame::data(b))));
+        }
+        match self.rx.as_mut() {
+            None => Poll::Ready(None),
+            Some(rx) => rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data))),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.len)
+    }
+}
+
+fn answer(status: u16, body: Bytes) -> Response<ChannelBody> {
+    let mut r = Response::new(ChannelBody::full(body));
+    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    r
+}
+
+fn fail(kind: &str, e: &PeerError) -> Response<ChannelBody> {
+    let result = match e {
+        PeerError::Conflict => "conflict",
+        PeerError::NotFound => "not_found",
+        PeerError::Refused(_) => "refused",
+        PeerError::Unavailable(_) => "unavailable",
+    };
+    metrics::with(|m| m.served.with_label_values(&[kind, result]).inc());
+    answer(e.status(), Bytes::from(e.to_string()))
+}
+
+fn query(q: &str) -> HashMap<String, String> {
+    q.split('&')
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            Some((
+                k.to_owned(),
+                percent_decode_str(v).decode_utf8().ok()?.into_owned(),
+            ))
+        })
+        .collect()
+}
+
+impl PeerApi {
+    async fn handle(&self, req: Request<Incoming>) -> Response<ChannelBody> {
+        let path = req.uri().path_and_query().map_or("", |p| p.as_str());
+        let auth = req
+            .headers()
+            .get(AUTH)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if req.method() != http::Method::GET || !verify(&self.secret, "GET", path, auth) {
+            metrics::with(|m| m.served.with_label_values(&["any", "denied"]).inc());
+            return answer(403, Bytes::from_static(b"fleet authentication failed"));
+        }
+        let q = query(req.uri().query().unwrap_or(""));
+        let get = |k: &str| q.get(k).map_or("", String::as_str).to_owned();
+        let server = self
+            .servers
+            .read()
+            .ok()
+            .and_then(|s| s.get(&get("bucket")).cloned());
+        let (Some(server), Ok(key)) = (server, ObjectKey::parse(&get("key"))) else {
+            return fail("any", &PeerError::NotFound);
+        };
+        match req.uri().path() {
+            "/v1/head" => match server.head(&key).await {
+                Ok(h) => match serde_json::to_vec(&HeadDoc::of(&h)) {
+                    Ok(doc) => {
+                        metrics::with(|m| m.served.with_label_values(&["head", "ok"]).inc());
+                        answer(200, Bytes::from(doc))
+                    }
+                    Err(e) => fail("head", &PeerError::Unavailable(e.to_string())),
+                },
+                Err(e) => fail("head", &e),
+            },
+            "/v1/blocks" => self.blocks(&*server, &key, &q).await,
+            _ => fail("any", &PeerError::Refused("no such path".into())),
+        }
+    }
+
+    async fn blocks(
+        &self,
+        server: &dyn PeerServer,
+        key: &ObjectKey,
+        q: &HashMap<String, String>,
+    ) -> Response<ChannelBody> {
+        let get = |k: &str| q.get(k).map_or("", String::as_str);
+        let num = |k: &str| get(k).parse::<u64>().ok();
+        let (Ok(etag), Some(size), Some(bs), Some(first), Some(last)) = (
+            ETag::parse(get("etag")),
+            num("size"),
+            num("block"),
+            num("first"),
+            num("last"),
+        ) else {
+            return fail("blocks", &PeerError::Refused("malformed ask".into()));
+        };
+        if first > last || last >= size {
+            return fail(
+                "blocks",
+                &PeerError::Refused("range outside the object".into()),
+            );
+        }
+        let ask = BlockAsk {
+            bucket: get("bucket"),
+            key: key.as_str(),
+            etag: &etag,
+            size,
+            block_bytes: bs,
+            first,
+            last,
+        };
+        let mut got = match server.blocks(key, &ask).await {
+            Ok(b) => b,
+            Err(e) => return fail("blocks", &e),
+        };
+        let source = match got.source {
+            PeerSource::Hit => "hit",
+            PeerSource::Fill => "fill",
+        };
+        metrics::with(|m| m.served.with_label_values(&["blocks", source]).inc());
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            loop {
+                let item = match got.body.next().await {
+                    Ok(Some(b)) => Ok(b),
+                    Ok(None) => break,
+                    // Cutting the body (short of its length) tells the asker to go to the origin.
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                };
+                let stop = item.is_err();
+                if tx.send(item).await.is_err() || stop {
+                    break;
+                }
+            }
+        });
+        let mut r = Response::new(ChannelBody {
+            rx: Some(rx),
+            len: ask.len(),
+            once: None,
+        });
+        let h = r.headers_mut();
+        h.insert(http::header::CONTENT_LENGTH, ask.len().into());
+        if let Ok(v) = http::HeaderValue::from_str(&self.node) {
+            h.insert(NODE, v);
+        }
+        h.insert(SOURCE, http::HeaderValue::from_static(source));
+        r
+    }
+}
+
+/// The peer listener: bound at start-up (a taken port fails the start), served until the
+/// process exits.
+pub struct PeerListener {
+    /// The bound listener, taken by [`PeerListener::serve`].
+    pub listener: std::sync::Mutex<Option<TcpListener>>,
+    /// The API.
+    pub api: Arc<PeerApi>,
+}
+
+impl PeerListener {
+    /// Whether the listener was bound and is being served.
+    pub fn is_bound(&self) -> bool {
+        self.listener.lock().is_ok_and(|l| l.is_none())
+    }
+
+    /// Accepts and serves connections (on the current runtime), for as long as it runs.
+    pub async fn serve(&self) {
+        let Some(listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
+            return;
+        };
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "peer API accept failed");
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let api = self.api.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let api = api.clone();
+                    async move { Ok::<_, Infallible>(api.handle(req).await) }
+                });
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await
+                {
+                    tracing::debug!(error = %e, "peer API connection ended");
+                }
+            });
+        }
+    }
+}

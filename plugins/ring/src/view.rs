@@ -1,0 +1,185 @@
+//! The membership view and owner selection: the live members gossip reports, published with
+//! one pointer swap (readers on the miss path never lock), and the weighted rendezvous owner of
+//! a block over the `active` ones.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use floe_core::fleet::{Peer, PeerRef};
+
+use crate::hrw::{self, Candidate};
+
+/// A member's state, as it gossips it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Owns blocks.
+    Active,
+    /// Leaving: owns nothing, still serves peers as a donor.
+    Draining,
+}
+
+impl MemberState {
+    /// The gossiped value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Active => "active",
+            MemberState::Draining => "draining",
+        }
+    }
+
+    /// Parses a gossiped value (anything unknown is not active).
+    pub fn parse(s: &str) -> Self {
+        if s == "active" {
+            MemberState::Active
+        } else {
+            MemberState::Draining
+        }
+    }
+}
+
+/// One live member.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Its id and peer address.
+    pub peer: PeerRef,
+    /// Its start time (ms since the epoch): a restarted node is a new generation.
+    pub generation: u64,
+    /// Advertised capacity (weight).
+    pub capacity: u64,
+    /// Zone ("" when unset).
+    pub zone: Arc<str>,
+    /// Active or draining.
+    pub state: MemberState,
+}
+
+impl Candidate for Member {
+    fn id(&self) -> &str {
+        &self.peer.id
+    }
+    fn weight(&self) -> u64 {
+        self.capacity
+    }
+}
+
+/// The live members, sorted by id.
+#[derive(Debug, Default)]
+pub struct View {
+    /// Members (this node included while it is live).
+    pub members: Vec<Member>,
+}
+
+impl View {
+    /// A view of `members` (sorted here).
+    /// A restarted node seen twice (old generation not yet declared dead) counts once, as its
+    /// newest generation.
+    pub fn new(mut members: Vec<Member>) -> Self {
+        members.sort_by(|a, b| {
+            a.peer
+                .id
+                .cmp(&b.peer.id)
+                .then(b.generation.cmp(&a.generation))
+        });
+        members.dedup_by(|later, first| later.peer.id == first.peer.id);
+        Self { members }
+    }
+
+    /// The active owner of block `index` of (`bucket`, `key`).
+    pub fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<&Member> {
+        let i = hrw::owner(&self.members, bucket, key, index, |m| {
+            m.state != MemberState::Active
+        })?;
+        self.members.get(i)
+    }
+
+    /// Ids of the active members.
+    pub fn active(&self) -> impl Iterator<Item = &Member> {
+        self.members
+            .iter()
+            .filter(|m| m.state == MemberState::Active)
+    }
+}
+
+/// The published view.
+pub struct Membership {
+    me: Arc<str>,
+    view: ArcSwap<View>,
+}
+
+impl Membership {
+    /// An empty view for node `me`.
+    pub fn new(me: Arc<str>) -> Self {
+        Self {
+            me,
+            view: ArcSwap::from_pointee(View::default()),
+        }
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> &Arc<str> {
+        &self.me
+    }
+
+    /// The current view.
+    pub fn load(&self) -> arc_swap::Guard<Arc<View>> {
+        self.view.load()
+    }
+
+    /// Publishes a new view; returns how many of `probe` blocks changed owner (a sample for the
+    /// owner-moves metric).
+    pub fn publish(&self, next: View) -> usize {
+        let before = self.view.swap(Arc::new(next));
+        let after = self.view.load();
+        (0..64u64)
+            .filter(|i| {
+                let a = before.owner("", "probe", *i).map(|m| &m.peer.id);
+                let b = after.owner("", "probe", *i).map(|m| &m.peer.id);
+                a != b
+            })
+            .count()
+    }
+
+    /// The owner of a block: `None` when it is this node or no active member is known.
+    pub fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
+        let view = self.view.load();
+        let m = view.owner(bucket, key, index)?;
+        (m.peer.id != self.me).then(|| m.peer.clone())
+    }
+}
+
+/// A member record (used by gossip and tests).
+pub fn member(id: &str, addr: &str, capacity: u64, state: MemberState) -> Member {
+    Member {
+        peer: Arc::new(Peer {
+            id: Arc::from(id),
+            addr: Arc::from(addr),
+        }),
+        generation: 0,
+        capacity,
+        zone: Arc::from(""),
+        state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_asks_peers_for_what_it_does_not_own_and_nobody_asks_a_drainer() {
+        let m = Membership::new(Arc::from("b"));
+        assert_eq!(m.owner("wh", "k", 0), None, "no view: this node fills");
+        m.publish(View::new(vec![
+            member("a", "127.0.0.1:1", 1, MemberState::Active),
+            member("b", "127.0.0.1:2", 1, MemberState::Active),
+            member("c", "127.0.0.1:3", 1, MemberState::Draining),
+        ]));
+        let mut mine = 0;
+        for i in 0..200 {
+            match m.owner("wh", "k", i) {
+                None => mine += 1,
+                Some(p) => assert_eq!(&*p.id, "a", "c is draining"),
+            }
+        }
+        assert!((60..140).contains(&mine), "b owns about half: {mine}");
+    }
+}
