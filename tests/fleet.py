@@ -1,0 +1,109 @@
+"""A fleet of floe-proxy nodes on 127.0.0.1 for tests: each node with its own cache, admin API
+and metrics listener, gossiping with the others through one counting relay to MinIO."""
+import json
+import os
+import signal
+import time
+import urllib.request
+
+from conftest import ADMIN_TOKEN, BUCKET, CLIENT, FLOE_BIN, ORIGIN_KEY, ORIGIN_SECRET, Proc, free_port, wait_port
+
+SECRET = "fleet-test-secret-0123456789"
+
+NODE_YAML = """
+server:
+  listeners: [{{address: "127.0.0.1:{port}"}}]
+  metrics_address: 127.0.0.1:{mport}
+  grace_period_seconds: {grace}
+origins:
+  minio:
+    endpoint: http://127.0.0.1:{relay}
+    credentials: {{from: env, access_key_env: K, secret_key_env: S}}
+    connect_timeout_ms: 300
+routes:
+  - bucket: {bucket}
+    origin: minio
+    clients: [{{access_key: {c1}, secret_key: {s1}}}]
+    filters: [sigv4, blocks]
+cache:
+  dir: {cache}
+  block_bytes: 2097152
+  data: {{dram_bytes: 67108864, disk_bytes: 268435456}}
+  metadata: {{dram_bytes: 33554432, disk_bytes: 67108864}}
+admin:
+  address: 127.0.0.1:{aport}
+  token: {token}
+fleet:
+  node_id: {node_id}
+  peer_address: 127.0.0.1:{peer}
+  seeds: [{seeds}]
+  secret_env: FLOE_FLEET_SECRET
+  gossip_interval_ms: 100
+  peer_timeout_ms: 300
+"""
+
+
+class Node:
+    def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1):
+        self.name = name
+        self.peer_port = peer_port
+        self.port, self.mport, self.aport = free_port(), free_port(), free_port()
+        d = tmp / name
+        d.mkdir(parents=True, exist_ok=True)
+        conf = d / "floe.yaml"
+        conf.write_text(NODE_YAML.format(
+            port=self.port, mport=self.mport, aport=self.aport, relay=relay_port, bucket=BUCKET,
+            c1=CLIENT[0], s1=CLIENT[1], cache=d / "cache", token=ADMIN_TOKEN, node_id=name,
+            peer=peer_port, seeds=", ".join(f"127.0.0.1:{p}" for p in seeds), grace=grace))
+        env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, FLOE_FLEET_SECRET=secret)
+        self.proc = Proc([str(FLOE_BIN), "--config", str(conf)], env, d / "floe.log", self.port, name)
+        wait_port(self.aport, self.proc.proc, f"{name} admin")
+
+    def admin(self, method, path):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.aport}{path}", method=method,
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+    def view(self):
+        """Ids of the members this node sees, with their states."""
+        return {m["node_id"]: m["state"] for m in self.admin("GET", "/fleet")["members"]}
+
+    def metric(self, name):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.mport}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def kill(self):
+        self.proc.proc.send_signal(signal.SIGKILL)
+        self.proc.proc.wait(10)
+
+    def stop(self):
+        if self.proc.proc.poll() is None:
+            self.proc.stop()
+
+
+def wait_until(what, check, timeout=20.0):
+    """Polls `check` until it returns a truthy value (state polling, not step sync)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def start_fleet(tmp, relay_port, n=3, **kw):
+    peers = [free_port() for _ in range(n)]
+    nodes = [Node(tmp, f"floe-{i}", relay_port, peers[i], [p for p in peers if p != peers[i]], **kw)
+             for i in range(n)]
+    names = {nd.name for nd in nodes}
+    for nd in nodes:
+        wait_until(f"{nd.name} to see the fleet", lambda nd=nd: set(nd.view()) == names)
+    return nodes
