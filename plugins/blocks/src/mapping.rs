@@ -35,6 +35,9 @@ pub struct Mapping {
     pub class: Class,
     /// When it was last confirmed with the origin.
     pub checked: Instant,
+    /// A fill found this version gone: the next read revalidates (and, in a fleet, asks the
+    /// owner to revalidate too).
+    pub stale: bool,
 }
 
 impl Mapping {
@@ -59,6 +62,7 @@ impl Mapping {
             checksums: head.checksums.as_deref().map(parse),
             class,
             checked: Instant::now(),
+            stale: false,
         }
     }
 
@@ -161,6 +165,21 @@ impl MappingTable {
             s.put(key.to_owned(), m);
             while s.len() > self.per_shard {
                 s.pop_lru();
+            }
+        }
+    }
+
+    /// Marks the mapping of `key` stale when it still names `etag` (a fill found that version
+    /// gone at the origin).
+    pub fn mark_stale(&self, key: &str, etag: &ETag) {
+        if let Ok(mut s) = self.shard(key).lock() {
+            if let Some(m) = s.peek_mut(key) {
+                if m.etag == *etag && !m.stale {
+                    *m = Arc::new(Mapping {
+                        stale: true,
+                        ..Mapping::clone(m)
+                    });
+                }
             }
         }
     }

@@ -9,10 +9,11 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::fleet::{BlockAsk, PeerBody, PeerError, PeerServer, PeerSource};
-use floe_core::{BucketName, ByteStream, ObjectHead, ObjectKey, OriginError};
+use floe_core::{BucketName, ByteStream, ETag, ObjectHead, ObjectKey, OriginError};
 use tokio::sync::mpsc;
 
 use crate::filter::BlockFilter;
+use crate::inflight::FillError;
 use crate::mapping::Mapping;
 use crate::range::blocks_of;
 use crate::resolve::Probe;
@@ -39,8 +40,11 @@ fn head_of(m: &Mapping) -> ObjectHead {
 
 #[async_trait]
 impl PeerServer for BlockFilter {
-    async fn head(&self, key: &ObjectKey) -> Result<ObjectHead, PeerError> {
+    async fn head(&self, key: &ObjectKey, stale: Option<&ETag>) -> Result<ObjectHead, PeerError> {
         let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
+        if let Some(e) = stale {
+            self.map.mark_stale(key.as_str(), e);
+        }
         match self.resolve_key(&bucket, key, Probe::Local).await {
             Ok(Some(r)) => Ok(head_of(&r.map)),
             Ok(None) => Err(PeerError::NotFound),
@@ -68,6 +72,7 @@ impl PeerServer for BlockFilter {
                 checksums: None,
                 class: self.class_of(key.as_str()),
                 checked: Instant::now(),
+                stale: false,
             }),
         };
         let mut reader = self
@@ -81,10 +86,14 @@ impl PeerServer for BlockFilter {
         };
         let (tx, rx) = mpsc::channel(4);
         let (b0, b1) = blocks_of(ask.first, ask.last, self.cache.settings.block_bytes);
+        let (me, key, etag) = (self.clone(), key.clone(), ask.etag.clone());
         tokio::spawn(async move {
             let mut sink = ChannelSink(tx);
             for i in b0..=b1 {
                 if let Err(e) = reader.serve(i, &mut sink).await {
+                    if e == ServeError::Fill(FillError::Changed) {
+                        me.map.mark_stale(key.as_str(), &etag);
+                    }
                     let _ = sink
                         .0
                         .send(Err(OriginError::Transport(e.to_string())))

@@ -108,9 +108,16 @@ impl BlockReader {
         self
     }
 
-    /// The owner of block `index` when it is a peer.
+    /// The owner of block `index` when it is a peer. A rewritable object has one owner for all
+    /// its blocks (that of block 0), so a read of it is one origin GET of one version rather
+    /// than several GETs that a rewrite between them would fail.
     fn owner(&self, index: u64) -> Option<(Arc<dyn Fleet>, PeerRef)> {
         let f = self.fleet.as_ref()?;
+        let index = if self.target.map.class.immutable {
+            index
+        } else {
+            0
+        };
         let peer = f.owner(&self.target.bucket_key, &self.target.object_key, index)?;
         Some((f.clone(), peer))
     }

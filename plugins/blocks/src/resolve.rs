@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use floe_core::fleet::PeerError;
-use floe_core::{BucketName, FilterCtx, ObjectKey, OriginError};
+use floe_core::{BucketName, ETag, FilterCtx, ObjectKey, OriginError};
 
 use crate::cache::Fill;
 use crate::classify::{Class, Store};
@@ -62,7 +62,8 @@ impl BlockFilter {
     ) -> Result<Option<Resolution>, OriginError> {
         let known = self.map.get(key.as_str());
         if let Some(m) = &known {
-            if m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl {
+            let fresh = m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl;
+            if fresh && !m.stale {
                 return Ok(Some(Resolution {
                     map: m.clone(),
                     known: true,
@@ -112,7 +113,8 @@ impl BlockFilter {
                 return (Ok(Some((m, true))), None);
             }
         }
-        let probe = match self.ask_owner(key, class, probe).await {
+        let hint = known.as_ref().map(|m| &m.etag);
+        let probe = match self.ask_owner(key, class, probe, hint).await {
             Ok(done) => return (done, None),
             Err(p) => p,
         };
@@ -134,6 +136,7 @@ impl BlockFilter {
             Ok(None) => match &known {
                 Some(m) => Mapping {
                     checked: Instant::now(),
+                    stale: false,
                     ..Mapping::clone(m)
                 },
                 None => return (Ok(None), None),
@@ -153,12 +156,14 @@ impl BlockFilter {
         key: &ObjectKey,
         class: Class,
         probe: Probe<'p>,
+        stale: Option<&ETag>,
     ) -> Result<Resolved, Probe<'p>> {
         let Some(fleet) = self.fleet.as_ref().filter(|_| probe != Probe::Local) else {
             return Err(probe);
         };
         let Some(owner) = fleet.owner(&self.bucket_key, key.as_str(), 0) else {
             let first = match probe {
+                Probe::Get(_) if !class.immutable => Some(0),
                 Probe::Get(range) => match resolve_range(range, u64::MAX) {
                     RangeAsk::Whole => Some(0),
                     RangeAsk::Part { first, .. } => Some(first / self.cache.settings.block_bytes),
@@ -170,7 +175,10 @@ impl BlockFilter {
                 first.is_some_and(|i| fleet.owner(&self.bucket_key, key.as_str(), i).is_none());
             return Err(if mine { probe } else { Probe::Head });
         };
-        match fleet.head(&owner, &self.bucket_key, key.as_str()).await {
+        match fleet
+            .head(&owner, &self.bucket_key, key.as_str(), stale)
+            .await
+        {
             Ok(head) => Ok(Ok(Some((
                 self.remember(key, Mapping::new(head, class)),
                 false,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::fleet::PeerSource;
-use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode};
+use floe_core::{ETag, FilterCtx, ObjectKey, S3Error, S3ErrorCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
@@ -48,8 +48,8 @@ impl BlockFilter {
     ) -> Result<Option<Opened>, S3Error> {
         match self.open_once(ctx, range, head).await? {
             // The owner could not honour the version this node knew: resolve again, once.
-            Err(key) => {
-                self.map.drop_key(key.as_str());
+            Err((key, etag)) => {
+                self.map.mark_stale(key.as_str(), &etag);
                 Ok(self.open_once(ctx, range, head).await?.ok().flatten())
             }
             Ok(o) => Ok(o),
@@ -61,7 +61,7 @@ impl BlockFilter {
         ctx: &FilterCtx,
         range: Option<&str>,
         head: bool,
-    ) -> Result<Result<Option<Opened>, ObjectKey>, S3Error> {
+    ) -> Result<Result<Option<Opened>, (ObjectKey, ETag)>, S3Error> {
         // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
         let probe = if head { Probe::Head } else { Probe::Get(range) };
         let Ok(Some(Resolution {
@@ -111,7 +111,9 @@ impl BlockFilter {
         };
         if !head && size > 0 {
             match opened.reader.prime(&plan).await {
-                Some(Err(FillError::Changed)) => return Ok(Err(key.clone())),
+                Some(Err(FillError::Changed)) => {
+                    return Ok(Err((key.clone(), opened.map.etag.clone())))
+                }
                 Some(Ok(Served::Peer(source, node))) => {
                     opened.label = match source {
                         PeerSource::Hit => "hit-peer",
@@ -144,7 +146,7 @@ impl BlockFilter {
         for i in b0..=b1 {
             if let Err(e) = reader.serve(i, sink).await {
                 if e == ServeError::Fill(FillError::Changed) {
-                    self.map.drop_key(key.as_str());
+                    self.map.mark_stale(key.as_str(), &reader.target.map.etag);
                 }
                 return Err(S3Error::new(
                     S3ErrorCode::InternalError,

@@ -131,8 +131,15 @@ pub trait Fleet: Send + Sync {
     /// fleet has no other live member).
     fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef>;
 
-    /// Asks `peer` for the current version of (`bucket`, `key`).
-    async fn head(&self, peer: &PeerRef, bucket: &str, key: &str) -> Result<ObjectHead, PeerError>;
+    /// Asks `peer` for the current version of (`bucket`, `key`); `stale` names a version the
+    /// asker found gone (or whose TTL ran out), which the owner revalidates rather than return.
+    async fn head(
+        &self,
+        peer: &PeerRef,
+        bucket: &str,
+        key: &str,
+        stale: Option<&ETag>,
+    ) -> Result<ObjectHead, PeerError>;
 
     /// Asks `peer` for the bytes of `ask`; `Ok` once the peer's answer has begun.
     async fn blocks(&self, peer: &PeerRef, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError>;
@@ -145,8 +152,9 @@ pub trait Fleet: Send + Sync {
 /// (once for every asker) what it does not hold. Never forwards to another peer.
 #[async_trait]
 pub trait PeerServer: Send + Sync {
-    /// The current version of `key`, as this node resolves it.
-    async fn head(&self, key: &ObjectKey) -> Result<ObjectHead, PeerError>;
+    /// The current version of `key`, as this node resolves it; a mapping naming `stale` is
+    /// revalidated first.
+    async fn head(&self, key: &ObjectKey, stale: Option<&ETag>) -> Result<ObjectHead, PeerError>;
 
     /// The bytes of `ask`; `Ok` once the first of them is ready, so a version conflict is an
     /// error rather than a cut body.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::fleet::{BlockAsk, Peer, PeerBody, PeerError, PeerSource};
-use floe_core::{ByteStream, ObjectHead, OriginError};
+use floe_core::{ByteStream, ETag, ObjectHead, OriginError};
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
@@ -105,8 +105,12 @@ impl PeerClient {
         peer: &Peer,
         bucket: &str,
         key: &str,
+        stale: Option<&ETag>,
     ) -> Result<ObjectHead, PeerError> {
-        let path = format!("/v1/head?bucket={}&key={}", enc(bucket), enc(key));
+        let mut path = format!("/v1/head?bucket={}&key={}", enc(bucket), enc(key));
+        if let Some(e) = stale {
+            path.push_str(&format!("&stale={}", enc(e.as_str())));
+        }
         let started = Instant::now();
         let r = self.head_inner(peer, &path).await;
         record("head", &r, started);

@@ -11,7 +11,7 @@ use floe_core::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx, Shared,
     StartError,
 };
-use floe_core::{ObjectHead, RequestFilter};
+use floe_core::{ETag, ObjectHead, RequestFilter};
 use pingora::services::background::background_service;
 use pingora::services::ServiceWithDependents;
 
@@ -156,8 +156,14 @@ impl Fleet for Ring {
         self.membership.owner(bucket, key, index)
     }
 
-    async fn head(&self, peer: &PeerRef, bucket: &str, key: &str) -> Result<ObjectHead, PeerError> {
-        self.client.head(peer, bucket, key).await
+    async fn head(
+        &self,
+        peer: &PeerRef,
+        bucket: &str,
+        key: &str,
+        stale: Option<&ETag>,
+    ) -> Result<ObjectHead, PeerError> {
+        self.client.head(peer, bucket, key, stale).await
     }
 
     async fn blocks(&self, peer: &PeerRef, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {

@@ -125,7 +125,10 @@ impl PeerApi {
             return fail("any", &PeerError::NotFound);
         };
         match req.uri().path() {
-            "/v1/head" => match server.head(&key).await {
+            "/v1/head" => match server
+                .head(&key, ETag::parse(&get("stale")).ok().as_ref())
+                .await
+            {
                 Ok(h) => match serde_json::to_vec(&HeadDoc::of(&h)) {
                     Ok(doc) => {
                         metrics::with(|m| m.served.with_label_values(&["head", "ok"]).inc());
