@@ -202,3 +202,54 @@ def test_a_node_killed_under_load_fails_no_read_and_leaves_the_view_within_three
                     [s.peer_port for s in survivors])
     wait_until("the restarted node to rejoin",
                lambda: all(set(nd.view()) == {"floe-0", "floe-1", "floe-2"} for nd in nodes))
+
+
+def _steady_reads(targets, keys, blobs, stop, failures, reads, seed):
+    """Reads random keys through random nodes of `targets[0]` (which the test may swap, as a
+    load balancer moves clients) until `stop`."""
+    rnd = random.Random(seed)
+    while not stop.is_set():
+        k = rnd.choice(keys)
+        nd = rnd.choice(targets[0])
+        try:
+            r = get(nd.port, k)
+            if r.status != 200 or r.data != blobs[k]:
+                failures.append((nd.name, k, r.status))
+        except Exception as e:  # noqa: BLE001
+            failures.append((nd.name, k, repr(e)))
+        reads[0] += 1
+
+
+def test_a_drain_under_load_fails_no_read_and_causes_no_cold_miss(fleet, direct):
+    nodes, relay, _ = fleet
+    leaving, staying = nodes[2], nodes[:2]
+    keys = [f"fleet/drain/data/0000{i}-0-d.parquet" for i in range(8)]
+    blobs = {k: os.urandom(4 * MiB + 1000 * i) for i, k in enumerate(keys)}
+    for k, b in blobs.items():
+        direct.put_object(Bucket=BUCKET, Key=k, Body=b)
+    # Clients read through the leaving node; the blocks it owns are nowhere else.
+    targets = [[leaving]]
+    stop = threading.Event()
+    failures, reads = [], [0]
+    threads = [threading.Thread(target=_steady_reads, args=(targets, keys, blobs, stop, failures, reads, i))
+               for i in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until("steady load", lambda: reads[0] >= 60)
+        gets = relay.count("GET")
+        nlines = len(relay.lines)
+        leaving.admin("POST", "/fleet/drain")
+        wait_until("the fleet to see the drain",
+                   lambda: all(nd.view().get(leaving.name) == "draining" for nd in staying))
+        targets[0] = staying  # the load balancer moves the draining node's clients
+        at_drain = reads[0]
+        wait_until("load after the drain", lambda: reads[0] >= at_drain + 60)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert relay.count("GET") - gets == 0, f"the drain caused origin fills: {relay.lines[nlines:]}"
+    donated = leaving.metric('floe_peer_served_total{kind="blocks",result="hit"}')
+    assert donated > 0

@@ -43,6 +43,8 @@ pub(crate) enum Served {
 pub(crate) struct Source {
     pub(crate) origin: Arc<dyn OriginReader>,
     pub(crate) owner: Option<(Arc<dyn Fleet>, PeerRef)>,
+    /// `owner` is a donor (asked for what it holds only).
+    pub(crate) donor: bool,
     /// Told where the bytes came from, once the body began.
     pub(crate) report: Option<oneshot::Sender<Served>>,
 }
@@ -53,6 +55,7 @@ impl Source {
         Self {
             origin: origin.clone(),
             owner: None,
+            donor: false,
             report: None,
         }
     }
@@ -71,6 +74,7 @@ impl Source {
                 etag: &t.map.etag,
                 size: t.map.size,
                 block_bytes: cache.settings.block_bytes,
+                cached_only: self.donor,
                 first: start,
                 last: end - 1,
             };

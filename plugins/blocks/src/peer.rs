@@ -77,8 +77,11 @@ impl PeerServer for BlockFilter {
         };
         let mut reader = self
             .reader((&bucket, key), &map, (ask.first, ask.last), false)
-            .with_fleet(None);
+            .answering_peer();
         let plan = reader.plan().await;
+        if ask.cached_only && plan.missing_bytes > 0 {
+            return Err(PeerError::NotFound);
+        }
         let source = if plan.missing_bytes == 0 {
             PeerSource::Hit
         } else {

@@ -58,6 +58,8 @@ pub struct BlockReader {
     /// The fleet whose owners fill this reader's misses (`None`: the origin does; always for
     /// a reader answering a peer, so asks never travel further).
     pub(crate) fleet: Option<Arc<dyn Fleet>>,
+    /// Misses go to their owners (false when answering a peer: only donors are asked).
+    pub(crate) forward: bool,
     /// The first block with missing bytes, looked up before the response began (fleet only).
     pub(crate) primed: Option<(u64, Result<Got, FillError>)>,
     /// Where the first fill this reader started got its bytes.
@@ -97,6 +99,7 @@ impl BlockReader {
             pending: VecDeque::new(),
             tap: None,
             fleet: None,
+            forward: false,
             primed: None,
             served: None,
         }
@@ -104,7 +107,15 @@ impl BlockReader {
 
     /// Misses go to their owners in `fleet` first.
     pub fn with_fleet(mut self, fleet: Option<Arc<dyn Fleet>>) -> Self {
+        self.forward = fleet.is_some();
         self.fleet = fleet;
+        self
+    }
+
+    /// This reader answers a peer: it never forwards a miss to an owner (asks never travel
+    /// further), though it asks a donor that may hold the block.
+    pub fn answering_peer(mut self) -> Self {
+        self.forward = false;
         self
     }
 
@@ -112,13 +123,26 @@ impl BlockReader {
     /// its blocks (that of block 0), so a read of it is one origin GET of one version rather
     /// than several GETs that a rewrite between them would fail.
     fn owner(&self, index: u64) -> Option<(Arc<dyn Fleet>, PeerRef)> {
-        let f = self.fleet.as_ref()?;
-        let index = if self.target.map.class.immutable {
+        let f = self.fleet.as_ref().filter(|_| self.forward)?;
+        let index = self.placed(index);
+        let peer = f.owner(&self.target.bucket_key, &self.target.object_key, index)?;
+        Some((f.clone(), peer))
+    }
+
+    /// The block whose owner places block `index` (itself, or block 0 of a rewritable object).
+    fn placed(&self, index: u64) -> u64 {
+        if self.target.map.class.immutable {
             index
         } else {
             0
-        };
-        let peer = f.owner(&self.target.bucket_key, &self.target.object_key, index)?;
+        }
+    }
+
+    /// A peer that may hold block `index`, which this node owns (see [`Fleet::donor`]).
+    fn donor(&self, index: u64) -> Option<(Arc<dyn Fleet>, PeerRef)> {
+        let f = self.fleet.as_ref()?;
+        let index = self.placed(index);
+        let peer = f.donor(&self.target.bucket_key, &self.target.object_key, index)?;
         Some((f.clone(), peer))
     }
 
@@ -127,7 +151,12 @@ impl BlockReader {
         if !self.cache.run_split.together(&self.target, prev, next) {
             return false;
         }
-        let id = |i| self.owner(i).map(|(_, p)| p.id.clone());
+        // An owner's blocks and a donor's never share an ask: a donor answers only what it
+        // holds, and the owner must fill (and keep) its own.
+        let id = |i| match self.owner(i) {
+            Some((_, p)) => Some((p.id.clone(), false)),
+            None => self.donor(i).map(|(_, p)| (p.id.clone(), true)),
+        };
         self.fleet.is_none() || id(prev) == id(next)
     }
 
@@ -377,9 +406,14 @@ impl BlockReader {
             self.served = Some(rx);
             tx
         });
+        let (owner, donor) = match self.owner(index) {
+            Some(o) => (Some(o), false),
+            None => (self.donor(index), true),
+        };
         let source = Source {
             origin: self.origin.clone(),
-            owner: self.owner(index),
+            owner,
+            donor,
             report,
         };
         tokio::spawn(fill(

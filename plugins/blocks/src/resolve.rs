@@ -147,8 +147,8 @@ impl BlockFilter {
         (Ok(Some((self.remember(key, fresh), false))), None)
     }
 
-    /// In a fleet, the owner of the object's first block resolves it for every node (one
-    /// origin request fleet-wide). `Err(probe)`: resolve here with `probe` (no fleet, this
+    /// In a fleet, the owner of the object's first block (or its donor) resolves it for every
+    /// node (one origin request fleet-wide). `Err(probe)`: resolve here with `probe` (no fleet, this
     /// node owns it, or the owner did not answer). A GET resolves here only when this node
     /// owns the first block it reads; otherwise a HEAD, so a node never fills others' blocks.
     async fn ask_owner<'p>(
@@ -161,9 +161,17 @@ impl BlockFilter {
         let Some(fleet) = self.fleet.as_ref().filter(|_| probe != Probe::Local) else {
             return Err(probe);
         };
-        let Some(owner) = fleet.owner(&self.bucket_key, key.as_str(), 0) else {
+        // A donor of block 0 (a draining former owner, or the owner this node took it from)
+        // knows the version too, and its answer keeps the bytes coming from it.
+        let bucket = &*self.bucket_key;
+        let asked = fleet
+            .owner(bucket, key.as_str(), 0)
+            .or_else(|| fleet.donor(bucket, key.as_str(), 0));
+        let Some(owner) = asked else {
             let first = match probe {
                 Probe::Get(_) if !class.immutable => Some(0),
+                // A suffix range's first block is unknown before the size is.
+                Probe::Get(Some(r)) if r.trim().starts_with("bytes=-") => None,
                 Probe::Get(range) => match resolve_range(range, u64::MAX) {
                     RangeAsk::Whole => Some(0),
                     RangeAsk::Part { first, .. } => Some(first / self.cache.settings.block_bytes),
@@ -171,8 +179,7 @@ impl BlockFilter {
                 },
                 _ => None,
             };
-            let mine =
-                first.is_some_and(|i| fleet.owner(&self.bucket_key, key.as_str(), i).is_none());
+            let mine = first.is_some_and(|i| self.owns(key, i));
             return Err(if mine { probe } else { Probe::Head });
         };
         match fleet
@@ -191,6 +198,37 @@ impl BlockFilter {
         }
     }
 
+    /// Whether this node owns block `index` of `key` and has no donor for it (no fleet:
+    /// always).
+    fn owns(&self, key: &ObjectKey, index: u64) -> bool {
+        self.fleet.as_ref().is_none_or(|f| {
+            f.owner(&self.bucket_key, key.as_str(), index).is_none()
+                && f.donor(&self.bucket_key, key.as_str(), index).is_none()
+        })
+    }
+
+    /// In a fleet, a resolving GET fetches only the leading blocks this node owns (and holds no
+    /// donor for): the rest of the read comes from their owners, so a node never fills another
+    /// node's blocks. `None`: the request's range as it is.
+    fn own_span(&self, key: &ObjectKey, class: Class, range: Option<&str>) -> Option<String> {
+        self.fleet.as_ref()?;
+        if !class.immutable {
+            return None; // one owner for every block
+        }
+        let bs = self.cache.settings.block_bytes;
+        let (first, last) = match resolve_range(range, u64::MAX) {
+            RangeAsk::Whole => (0, u64::MAX),
+            RangeAsk::Part { first, last } => (first, last),
+            _ => return None,
+        };
+        let (b0, b1) = (first / bs, last / bs);
+        let end = (b0..=b1.min(b0 + self.cache.settings.max_run_blocks))
+            .find(|i| !self.owns(key, *i))?;
+        // `end == b0`: the view changed since the caller checked block `b0`; read as asked.
+        let end_byte = end.checked_mul(bs)?.checked_sub(1).filter(|e| *e >= first)?;
+        Some(format!("bytes={first}-{}", end_byte.min(last)))
+    }
+
     /// Resolves with the request's own GET; its body fills the blocks it covers.
     async fn resolve_by_get(
         &self,
@@ -202,6 +240,8 @@ impl BlockFilter {
         // Whole blocks where whole blocks are what a miss fetches (metadata; `fill: block`).
         let bs = self.cache.settings.block_bytes;
         let whole = self.cache.settings.fill == Fill::Block || class.store == Store::Metadata;
+        let own = self.own_span(key, class, range);
+        let range = own.as_deref().or(range);
         let aligned = range.filter(|_| whole).map(|r| align(r, bs));
         let range = aligned.as_deref().or(range);
         let got = match self.origin.get_current(bucket, key, range).await {

@@ -12,7 +12,8 @@
 //! use floe_core::ETag;
 //! let etag = ETag::parse("\"abc\"").unwrap();
 //! let ask = BlockAsk { bucket: "wh", key: "t/data/a.parquet", etag: &etag, size: 10 << 20,
-//!                      block_bytes: 1 << 20, first: 0, last: (1 << 20) - 1 };
+//!                      block_bytes: 1 << 20, cached_only: false, first: 0,
+//!                      last: (1 << 20) - 1 };
 //! assert_eq!(ask.len(), 1 << 20);
 //! assert_eq!(PeerError::Conflict.status(), 412);
 //! ```
@@ -49,6 +50,9 @@ pub struct BlockAsk<'a> {
     pub size: u64,
     /// The asker's block geometry; an owner with another one refuses.
     pub block_bytes: u64,
+    /// Answer only from the peer's tiers (a donor ask): a miss there is `NotFound`, never an
+    /// origin fill.
+    pub cached_only: bool,
     /// First byte.
     pub first: u64,
     /// Last byte, inclusive.
@@ -130,6 +134,13 @@ pub trait Fleet: Send + Sync {
     /// The owner of block `index` of (`bucket`, `key`): `None` when it is this node (or the
     /// fleet has no other live member).
     fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef>;
+
+    /// For a block this node owns: a peer that may still hold it, to ask (cached only) before
+    /// the origin. The draining node that owned it (drain hands warmth over), or, during this
+    /// node's warming window after it joined, the owner it took the block from. Default none.
+    fn donor(&self, _bucket: &str, _key: &str, _index: u64) -> Option<PeerRef> {
+        None
+    }
 
     /// Asks `peer` for the current version of (`bucket`, `key`); `stale` names a version the
     /// asker found gone (or whose TTL ran out), which the owner revalidates rather than return.

@@ -146,14 +146,15 @@ impl PeerClient {
     /// The bytes of `ask` from `peer`.
     pub async fn blocks(&self, peer: &Peer, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
         let path = format!(
-            "/v1/blocks?bucket={}&key={}&etag={}&size={}&block={}&first={}&last={}",
+            "/v1/blocks?bucket={}&key={}&etag={}&size={}&block={}&first={}&last={}&cached={}",
             enc(ask.bucket),
             enc(ask.key),
             enc(ask.etag.as_str()),
             ask.size,
             ask.block_bytes,
             ask.first,
-            ask.last
+            ask.last,
+            u8::from(ask.cached_only)
         );
         let started = Instant::now();
         let r = self.blocks_inner(peer, &path, ask.len()).await;

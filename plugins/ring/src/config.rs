@@ -64,6 +64,12 @@ pub struct FleetSection {
     /// client notices on a cold read.
     #[serde(default = "default_peer_timeout_ms")]
     pub peer_timeout_ms: u64,
+    /// After it starts, how long a node asks a block's previous owner (cached only) before the
+    /// origin when it misses a block it now owns: the warmth it took over moves to it as it is
+    /// read. Default 600000 ms (10 min): longer than a dashboard refresh cycle, short enough
+    /// that the extra peer round trip on true misses stops soon.
+    #[serde(default = "default_warm_window_ms")]
+    pub warm_window_ms: u64,
 }
 
 fn default_capacity() -> u64 {
@@ -80,6 +86,9 @@ fn default_phi() -> f64 {
 }
 fn default_peer_timeout_ms() -> u64 {
     500
+}
+fn default_warm_window_ms() -> u64 {
+    600_000
 }
 
 /// A validated `fleet:` section.
@@ -109,6 +118,8 @@ pub struct FleetSettings {
     pub phi_threshold: f64,
     /// Peer connect and first-byte timeout.
     pub peer_timeout: Duration,
+    /// Warming window after start.
+    pub warm_window: Duration,
 }
 
 fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
@@ -187,6 +198,7 @@ pub fn validate(cx: &ConfigCx<'_>, s: &FleetSection) -> Result<FleetSettings, Co
         gossip_interval: Duration::from_millis(s.gossip_interval_ms),
         phi_threshold: s.phi_threshold,
         peer_timeout: Duration::from_millis(s.peer_timeout_ms),
+        warm_window: Duration::from_millis(s.warm_window_ms),
     })
 }
 

@@ -123,7 +123,7 @@ impl Ring {
                 .await
                 .map_err(|e| format!("cannot start gossip on {}/udp: {e}", s.bind))?,
         );
-        let membership = Arc::new(Membership::new(me.clone()));
+        let membership = Arc::new(Membership::warming(me.clone(), s.warm_window));
         let (g, m) = (gossip.clone(), membership.clone());
         tokio::spawn(async move { g.run(&m).await });
         let l = listener.clone();
@@ -154,6 +154,10 @@ impl Fleet for Ring {
 
     fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
         self.membership.owner(bucket, key, index)
+    }
+
+    fn donor(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
+        self.membership.donor(bucket, key, index)
     }
 
     async fn head(

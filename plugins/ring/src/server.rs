@@ -172,6 +172,7 @@ impl PeerApi {
             etag: &etag,
             size,
             block_bytes: bs,
+            cached_only: get("cached") == "1",
             first,
             last,
         };

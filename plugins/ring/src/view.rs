@@ -3,6 +3,7 @@
 //! a block over the `active` ones.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use floe_core::fleet::{Peer, PeerRef};
@@ -103,14 +104,24 @@ impl View {
 pub struct Membership {
     me: Arc<str>,
     view: ArcSwap<View>,
+    joined: Instant,
+    warm: Duration,
 }
 
 impl Membership {
     /// An empty view for node `me`.
     pub fn new(me: Arc<str>) -> Self {
+        Self::warming(me, Duration::ZERO)
+    }
+
+    /// An empty view for node `me`, which pulls blocks it now owns from their previous owners
+    /// for `warm` after it starts.
+    pub fn warming(me: Arc<str>, warm: Duration) -> Self {
         Self {
             me,
             view: ArcSwap::from_pointee(View::default()),
+            joined: Instant::now(),
+            warm,
         }
     }
 
@@ -136,6 +147,25 @@ impl Membership {
                 a != b
             })
             .count()
+    }
+
+    /// See [`floe_core::fleet::Fleet::donor`].
+    pub fn donor(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
+        let view = self.view.load();
+        let ms = &view.members;
+        let me = |m: &Member| m.peer.id == self.me;
+        // Ownership as it was before any member began draining: a draining winner hands over.
+        if let Some(m) = hrw::owner(ms, bucket, key, index, |_| false).and_then(|i| ms.get(i)) {
+            if m.state == MemberState::Draining && !me(m) {
+                return Some(m.peer.clone());
+            }
+        }
+        if self.joined.elapsed() >= self.warm {
+            return None;
+        }
+        // Ownership without this node: whom it took the block from when it joined.
+        let i = hrw::owner(ms, bucket, key, index, |m| me(m) || m.state != MemberState::Active)?;
+        ms.get(i).map(|m| m.peer.clone())
     }
 
     /// The owner of a block: `None` when it is this node or no active member is known.

@@ -2,9 +2,10 @@
 //! head document.
 //!
 //! - `GET /v1/head?bucket=B&key=K` -> 200 with a [`HeadDoc`], 404, or 503.
-//! - `GET /v1/blocks?bucket=B&key=K&etag=E&size=N&block=S&first=F&last=L` -> 200 with exactly
-//!   the bytes `F..=L` of version `E` (`x-floe-node` names the owner, `x-floe-peer-source` says
-//!   `hit` or `fill`), 412 when the owner cannot honour `E`, 400 for another block size.
+//! - `GET /v1/blocks?bucket=B&key=K&etag=E&size=N&block=S&first=F&last=L&cached=C` -> 200
+//!   with exactly the bytes `F..=L` of version `E` (`x-floe-node` names the owner,
+//!   `x-floe-peer-source` says `hit` or `fill`), 412 when the owner cannot honour `E`, 400 for
+//!   another block size; with `cached=1` (a donor ask), 404 unless all of them are held.
 //!
 //! Authentication: `x-floe-fleet-auth: <unix seconds>:<hex HMAC-SHA256(secret,
 //! "<seconds>\n<method>\n<path and query>")>`, accepted within [`SKEW`] of the owner's clock.
