@@ -28,8 +28,8 @@ routes:
 cache:
   dir: {cache}
   block_bytes: 2097152
-  data: {{dram_bytes: 67108864, disk_bytes: 268435456}}
-  metadata: {{dram_bytes: 33554432, disk_bytes: 67108864}}
+  data: {{dram_bytes: 268435456, disk_bytes: 268435456}}
+  metadata: {{dram_bytes: 134217728, disk_bytes: 134217728}}
 admin:
   address: 127.0.0.1:{aport}
   token: {token}

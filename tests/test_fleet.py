@@ -253,3 +253,33 @@ def test_a_drain_under_load_fails_no_read_and_causes_no_cold_miss(fleet, direct)
     assert relay.count("GET") - gets == 0, f"the drain caused origin fills: {relay.lines[nlines:]}"
     donated = leaving.metric('floe_peer_served_total{kind="blocks",result="hit"}')
     assert donated > 0
+
+
+def test_a_joining_node_takes_its_share_warm_from_the_previous_owners(fleet, direct):
+    nodes, relay, d = fleet
+    active = [nd for nd in nodes if nd.view().get(nd.name) == "active"]
+    # Sized to fit every node's stores (a footer's blocks go to the smaller metadata store).
+    keys = [f"fleet/join/data/000{i:02d}-0-e.parquet" for i in range(12)]
+    blobs = {k: os.urandom(6 * MiB + 100 * i) for i, k in enumerate(keys)}
+    for k, b in blobs.items():
+        direct.put_object(Bucket=BUCKET, Key=k, Body=b)
+    for k in keys:  # warm through one node: each block is now at its owner
+        assert get(active[0].port, k).data == blobs[k]
+    joiner = Node(d, "floe-3", relay.port, _free_udp_tcp_port(), [nd.peer_port for nd in nodes])
+    try:
+        names = {nd.name for nd in nodes} | {"floe-3"}
+        wait_until("the fleet to see the joiner", lambda: all(
+            set(nd.view()) == names for nd in nodes + [joiner]))
+        gets = relay.count("GET")
+        nlines = len(relay.lines)
+        for nd in active[1:] + [joiner]:
+            for k in keys:
+                r = get(nd.port, k)
+                assert r.status == 200 and r.data == blobs[k]
+        # The joiner owns about a quarter (a third of the active nodes' blocks when one of them
+        # drains) and pulled each from its previous owner: no block was fetched twice.
+        assert relay.count("GET") - gets == 0, relay.lines[nlines:]
+        pulled = joiner.metric('floe_peer_asks_total{kind="blocks",result="ok"}')
+        assert pulled > 0
+    finally:
+        joiner.stop()

@@ -38,13 +38,14 @@ pub(crate) enum Served {
     Peer(PeerSource, Arc<str>),
 }
 
-/// Where a fill gets its bytes: the run's owner first when it is a peer, the origin otherwise
-/// (and whenever the owner fails).
+/// Where a fill gets its bytes: the run's owner first when it is a peer, or the donors that
+/// may hold a block this node owns (cached only), in order; the origin otherwise and whenever
+/// they fail.
 pub(crate) struct Source {
     pub(crate) origin: Arc<dyn OriginReader>,
-    pub(crate) owner: Option<(Arc<dyn Fleet>, PeerRef)>,
-    /// `owner` is a donor (asked for what it holds only).
-    pub(crate) donor: bool,
+    pub(crate) fleet: Option<Arc<dyn Fleet>>,
+    /// Peers to ask, in order, each with "cached only" (a donor).
+    pub(crate) asks: Vec<(PeerRef, bool)>,
     /// Told where the bytes came from, once the body began.
     pub(crate) report: Option<oneshot::Sender<Served>>,
 }
@@ -54,41 +55,43 @@ impl Source {
     pub(crate) fn origin(origin: &Arc<dyn OriginReader>) -> Self {
         Self {
             origin: origin.clone(),
-            owner: None,
-            donor: false,
+            fleet: None,
+            asks: Vec::new(),
             report: None,
         }
     }
 
-    /// Bytes `start..end` of the target: from the owner when it answers, else the origin.
+    /// Bytes `start..end` of the target: from a peer that answers, else the origin.
     async fn open(
         &mut self,
         cache: &BlockCache,
         t: &Target,
         (start, end): (u64, u64),
     ) -> Result<(Box<dyn ByteStream>, bool), OriginError> {
-        if let Some((fleet, peer)) = &self.owner {
-            let ask = BlockAsk {
-                bucket: &t.bucket_key,
-                key: &t.object_key,
-                etag: &t.map.etag,
-                size: t.map.size,
-                block_bytes: cache.settings.block_bytes,
-                cached_only: self.donor,
-                first: start,
-                last: end - 1,
-            };
-            match fleet.blocks(peer, &ask).await {
-                Ok(got) => {
-                    self.tell(Served::Peer(got.source, got.node));
-                    return Ok((got.body, true));
-                }
-                Err(PeerError::Conflict) => {
-                    self.tell(Served::Origin);
-                    return Err(OriginError::Changed);
-                }
-                Err(e) => {
-                    tracing::debug!(peer = %peer.id, error = %e, "owner unavailable: filling from the origin")
+        if let Some(fleet) = self.fleet.clone() {
+            for (peer, cached_only) in std::mem::take(&mut self.asks) {
+                let ask = BlockAsk {
+                    bucket: &t.bucket_key,
+                    key: &t.object_key,
+                    etag: &t.map.etag,
+                    size: t.map.size,
+                    block_bytes: cache.settings.block_bytes,
+                    cached_only,
+                    first: start,
+                    last: end - 1,
+                };
+                match fleet.blocks(&peer, &ask).await {
+                    Ok(got) => {
+                        self.tell(Served::Peer(got.source, got.node));
+                        return Ok((got.body, true));
+                    }
+                    Err(PeerError::Conflict) => {
+                        self.tell(Served::Origin);
+                        return Err(OriginError::Changed);
+                    }
+                    Err(e) => {
+                        tracing::debug!(peer = %peer.id, cached_only, error = %e, "peer did not answer: next source")
+                    }
                 }
             }
         }

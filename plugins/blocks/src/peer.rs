@@ -89,6 +89,12 @@ impl PeerServer for BlockFilter {
         };
         let (tx, rx) = mpsc::channel(4);
         let (b0, b1) = blocks_of(ask.first, ask.last, self.cache.settings.block_bytes);
+        // A peer's ask is a touch of its own beside the reader's: under pressure the owner
+        // still admits what it fills for the fleet (it keeps the canonical copy).
+        for i in b0..=b1 {
+            let k = reader.target.block_key(i, self.cache.settings.block_bytes);
+            self.cache.sketch.touch(k.stable_hash());
+        }
         let (me, key, etag) = (self.clone(), key.clone(), ask.etag.clone());
         tokio::spawn(async move {
             let mut sink = ChannelSink(tx);

@@ -138,12 +138,16 @@ impl BlockReader {
         }
     }
 
-    /// A peer that may hold block `index`, which this node owns (see [`Fleet::donor`]).
-    fn donor(&self, index: u64) -> Option<(Arc<dyn Fleet>, PeerRef)> {
-        let f = self.fleet.as_ref()?;
-        let index = self.placed(index);
-        let peer = f.donor(&self.target.bucket_key, &self.target.object_key, index)?;
-        Some((f.clone(), peer))
+    /// Peers that may hold block `index`, which this node owns (see [`Fleet::donors`]).
+    fn donors(&self, index: u64) -> Vec<PeerRef> {
+        let Some(f) = self.fleet.as_ref() else {
+            return Vec::new();
+        };
+        f.donors(
+            &self.target.bucket_key,
+            &self.target.object_key,
+            self.placed(index),
+        )
     }
 
     /// Whether blocks `prev` and `next` may share one fetch: same placement, same owner.
@@ -155,7 +159,7 @@ impl BlockReader {
         // holds, and the owner must fill (and keep) its own.
         let id = |i| match self.owner(i) {
             Some((_, p)) => Some((p.id.clone(), false)),
-            None => self.donor(i).map(|(_, p)| (p.id.clone(), true)),
+            None => self.donors(i).first().map(|p| (p.id.clone(), true)),
         };
         self.fleet.is_none() || id(prev) == id(next)
     }
@@ -406,14 +410,14 @@ impl BlockReader {
             self.served = Some(rx);
             tx
         });
-        let (owner, donor) = match self.owner(index) {
-            Some(o) => (Some(o), false),
-            None => (self.donor(index), true),
+        let asks = match self.owner(index) {
+            Some((_, o)) => vec![(o, false)],
+            None => self.donors(index).into_iter().map(|d| (d, true)).collect(),
         };
         let source = Source {
             origin: self.origin.clone(),
-            owner,
-            donor,
+            fleet: self.fleet.clone(),
+            asks,
             report,
         };
         tokio::spawn(fill(

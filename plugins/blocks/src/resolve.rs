@@ -73,7 +73,12 @@ impl BlockFilter {
         }
         // Classification (glob matching) only on the slow path; known keys carry their class.
         let class = self.class_of(key.as_str());
-        let name = key.as_str().to_owned();
+        // A resolve for a peer (Local) never waits on one that asks a peer: two nodes asking
+        // each other would wait on each other's claims until their timeouts.
+        let name = match probe {
+            Probe::Local => format!("\0{}", key.as_str()),
+            _ => key.as_str().to_owned(),
+        };
         let (r, adopted) = match self.resolving.claim(&name) {
             Claim::Theirs(rx) => {
                 let abandoned = Err(OriginError::Transport("resolve abandoned".into()));
@@ -166,7 +171,7 @@ impl BlockFilter {
         let bucket = &*self.bucket_key;
         let asked = fleet
             .owner(bucket, key.as_str(), 0)
-            .or_else(|| fleet.donor(bucket, key.as_str(), 0));
+            .or_else(|| fleet.donors(bucket, key.as_str(), 0).into_iter().next());
         let Some(owner) = asked else {
             let first = match probe {
                 Probe::Get(_) if !class.immutable => Some(0),
@@ -203,7 +208,7 @@ impl BlockFilter {
     fn owns(&self, key: &ObjectKey, index: u64) -> bool {
         self.fleet.as_ref().is_none_or(|f| {
             f.owner(&self.bucket_key, key.as_str(), index).is_none()
-                && f.donor(&self.bucket_key, key.as_str(), index).is_none()
+                && f.donors(&self.bucket_key, key.as_str(), index).is_empty()
         })
     }
 
@@ -222,10 +227,13 @@ impl BlockFilter {
             _ => return None,
         };
         let (b0, b1) = (first / bs, last / bs);
-        let end = (b0..=b1.min(b0 + self.cache.settings.max_run_blocks))
-            .find(|i| !self.owns(key, *i))?;
+        let end =
+            (b0..=b1.min(b0 + self.cache.settings.max_run_blocks)).find(|i| !self.owns(key, *i))?;
         // `end == b0`: the view changed since the caller checked block `b0`; read as asked.
-        let end_byte = end.checked_mul(bs)?.checked_sub(1).filter(|e| *e >= first)?;
+        let end_byte = end
+            .checked_mul(bs)?
+            .checked_sub(1)
+            .filter(|e| *e >= first)?;
         Some(format!("bytes={first}-{}", end_byte.min(last)))
     }
 

@@ -135,11 +135,12 @@ pub trait Fleet: Send + Sync {
     /// fleet has no other live member).
     fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef>;
 
-    /// For a block this node owns: a peer that may still hold it, to ask (cached only) before
-    /// the origin. The draining node that owned it (drain hands warmth over), or, during this
-    /// node's warming window after it joined, the owner it took the block from. Default none.
-    fn donor(&self, _bucket: &str, _key: &str, _index: u64) -> Option<PeerRef> {
-        None
+    /// For a block this node owns: peers that may still hold it, to ask in order (cached
+    /// only) before the origin. The draining node that owned it (drain hands warmth over),
+    /// and, during this node's warming window after it joined, the owner it took the block
+    /// from. Default none.
+    fn donors(&self, _bucket: &str, _key: &str, _index: u64) -> Vec<PeerRef> {
+        Vec::new()
     }
 
     /// Asks `peer` for the current version of (`bucket`, `key`); `stale` names a version the

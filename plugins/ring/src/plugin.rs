@@ -156,8 +156,8 @@ impl Fleet for Ring {
         self.membership.owner(bucket, key, index)
     }
 
-    fn donor(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
-        self.membership.donor(bucket, key, index)
+    fn donors(&self, bucket: &str, key: &str, index: u64) -> Vec<PeerRef> {
+        self.membership.donors(bucket, key, index)
     }
 
     async fn head(

@@ -149,23 +149,30 @@ impl Membership {
             .count()
     }
 
-    /// See [`floe_core::fleet::Fleet::donor`].
-    pub fn donor(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
+    /// See [`floe_core::fleet::Fleet::donors`].
+    pub fn donors(&self, bucket: &str, key: &str, index: u64) -> Vec<PeerRef> {
         let view = self.view.load();
         let ms = &view.members;
         let me = |m: &Member| m.peer.id == self.me;
+        let mut out: Vec<PeerRef> = Vec::new();
         // Ownership as it was before any member began draining: a draining winner hands over.
         if let Some(m) = hrw::owner(ms, bucket, key, index, |_| false).and_then(|i| ms.get(i)) {
             if m.state == MemberState::Draining && !me(m) {
-                return Some(m.peer.clone());
+                out.push(m.peer.clone());
             }
         }
-        if self.joined.elapsed() >= self.warm {
-            return None;
+        if self.joined.elapsed() < self.warm {
+            // Ownership without this node: whom it took the block from when it joined.
+            let prev = hrw::owner(ms, bucket, key, index, |m| {
+                me(m) || m.state != MemberState::Active
+            });
+            if let Some(m) = prev.and_then(|i| ms.get(i)) {
+                if !out.iter().any(|p| p.id == m.peer.id) {
+                    out.push(m.peer.clone());
+                }
+            }
         }
-        // Ownership without this node: whom it took the block from when it joined.
-        let i = hrw::owner(ms, bucket, key, index, |m| me(m) || m.state != MemberState::Active)?;
-        ms.get(i).map(|m| m.peer.clone())
+        out
     }
 
     /// The owner of a block: `None` when it is this node or no active member is known.
