@@ -30,13 +30,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_port(port, proc, what, timeout=60):
+def wait_port(port, proc, what, timeout=60, host="127.0.0.1"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)  # polling for a port to open, not synchronising test steps

@@ -3,6 +3,7 @@ and metrics listener, gossiping with the others through one counting relay to Mi
 import json
 import os
 import signal
+import subprocess
 import time
 import urllib.request
 
@@ -12,12 +13,12 @@ SECRET = "fleet-test-secret-0123456789"
 
 NODE_YAML = """
 server:
-  listeners: [{{address: "127.0.0.1:{port}"}}]
-  metrics_address: 127.0.0.1:{mport}
+  listeners: [{{address: "{host}:{port}"}}]
+  metrics_address: {host}:{mport}
   grace_period_seconds: {grace}
 origins:
   minio:
-    endpoint: http://127.0.0.1:{relay}
+    endpoint: http://{origin_host}:{relay}
     credentials: {{from: env, access_key_env: K, secret_key_env: S}}
     connect_timeout_ms: 300
 routes:
@@ -31,11 +32,11 @@ cache:
   data: {{dram_bytes: 268435456, disk_bytes: 268435456}}
   metadata: {{dram_bytes: 134217728, disk_bytes: 134217728}}
 admin:
-  address: 127.0.0.1:{aport}
+  address: {host}:{aport}
   token: {token}
 fleet:
   node_id: {node_id}
-  peer_address: 127.0.0.1:{peer}
+  peer_address: {peer_host}:{peer}
   seeds: [{seeds}]
   secret_env: FLOE_FLEET_SECRET
   gossip_interval_ms: 100
@@ -44,8 +45,14 @@ fleet:
 
 
 class Node:
-    def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1):
+    """One floe-proxy of a fleet. `host` is where its S3, admin and metrics listeners are,
+    `peer_host` its peer address, `seeds` other nodes' peer `host:port`s (or ports on
+    127.0.0.1); `netns` runs it inside a network namespace."""
+
+    def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1,
+                 host="127.0.0.1", peer_host="127.0.0.1", origin_host="127.0.0.1", netns=None):
         self.name = name
+        self.host = host
         self.peer_port = peer_port
         self.port, self.mport, self.aport = free_port(), free_port(), free_port()
         d = tmp / name
@@ -54,13 +61,22 @@ class Node:
         conf.write_text(NODE_YAML.format(
             port=self.port, mport=self.mport, aport=self.aport, relay=relay_port, bucket=BUCKET,
             c1=CLIENT[0], s1=CLIENT[1], cache=d / "cache", token=ADMIN_TOKEN, node_id=name,
-            peer=peer_port, seeds=", ".join(f"127.0.0.1:{p}" for p in seeds), grace=grace))
+            peer=peer_port, seeds=", ".join(s if isinstance(s, str) else f"127.0.0.1:{s}" for s in seeds),
+            grace=grace, host=host, peer_host=peer_host, origin_host=origin_host))
         env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, FLOE_FLEET_SECRET=secret)
-        self.proc = Proc([str(FLOE_BIN), "--config", str(conf)], env, d / "floe.log", self.port, name)
-        wait_port(self.aport, self.proc.proc, f"{name} admin")
+        args = [str(FLOE_BIN), "--config", str(conf)]
+        if netns:
+            args = ["ip", "netns", "exec", netns] + args
+        self.proc = Proc.__new__(Proc)
+        self.proc.log = d / "floe.log"
+        self.proc.port = self.port
+        self.proc.proc = subprocess.Popen(args, env=env, stdout=open(d / "floe.log", "wb"),
+                                          stderr=subprocess.STDOUT)
+        for port in (self.port, self.aport):
+            wait_port(port, self.proc.proc, name, host=host)
 
     def admin(self, method, path):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.aport}{path}", method=method,
+        req = urllib.request.Request(f"http://{self.host}:{self.aport}{path}", method=method,
                                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read())
@@ -70,7 +86,7 @@ class Node:
         return {m["node_id"]: m["state"] for m in self.admin("GET", "/fleet")["members"]}
 
     def metric(self, name):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.mport}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(f"http://{self.host}:{self.mport}/metrics", timeout=5) as r:
             text = r.read().decode()
         total = 0.0
         for line in text.splitlines():

@@ -13,8 +13,9 @@ import time
 
 
 class Relay:
-    def __init__(self, upstream_port, host="127.0.0.1"):
+    def __init__(self, upstream_port, host="127.0.0.1", bind="127.0.0.1"):
         self.upstream = (host, upstream_port)
+        self.bind = bind
         self.lock = threading.Lock()
         self.bytes_to_origin = 0
         self.requests = collections.Counter()  # request lines toward the origin, by method
@@ -29,7 +30,7 @@ class Relay:
     def start(self, port=0):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port or self.port or 0))
+        s.bind((self.bind, port or self.port or 0))
         s.listen(128)
         self.listener = s
         self.port = s.getsockname()[1]

@@ -28,8 +28,8 @@ def cached(minio, tmp_path_factory):
     relay.down()
 
 
-def get(port, key, rng=None, http=urllib3.PoolManager(maxsize=32, retries=False)):
-    url = f"http://127.0.0.1:{port}/{BUCKET}/{key}"
+def get(port, key, rng=None, http=urllib3.PoolManager(maxsize=32, retries=False), host="127.0.0.1"):
+    url = f"http://{host}:{port}/{BUCKET}/{key}"
     headers = {"Range": rng} if rng else {}
     req = sign("GET", url, headers=headers)
     return http.request("GET", url, headers=dict(req.headers))

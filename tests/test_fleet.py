@@ -4,6 +4,8 @@ overwrites, and gossip that outsiders cannot change."""
 import concurrent.futures
 import os
 import random
+import shutil
+import subprocess
 import socket
 import threading
 import time
@@ -283,3 +285,74 @@ def test_a_joining_node_takes_its_share_warm_from_the_previous_owners(fleet, dir
         assert pulled > 0
     finally:
         joiner.stop()
+
+
+def _ip(*args, ns=None):
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def netns():
+    """A network namespace joined to the host by a veth pair: the host end 10.231.0.1, the
+    namespace end 10.231.0.2 (S3 and admin) and 10.231.0.3 (peer address); host peers on
+    10.231.1.1. Needs root and iproute2 (the CI machine has both)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace")
+    ns, a, b = f"floecut{os.getpid()}", f"fca{os.getpid() % 100000}", f"fcb{os.getpid() % 100000}"
+    _ip("netns", "add", ns)
+    try:
+        _ip("link", "add", a, "type", "veth", "peer", "name", b)
+        _ip("link", "set", b, "netns", ns)
+        _ip("addr", "add", "10.231.0.1/24", "dev", a)
+        _ip("link", "set", a, "up")
+        _ip("addr", "add", "10.231.1.1/32", "dev", "lo")
+        for cmd in (["addr", "add", "10.231.0.2/24", "dev", b], ["addr", "add", "10.231.0.3/24", "dev", b],
+                    ["link", "set", b, "up"], ["link", "set", "lo", "up"],
+                    ["route", "add", "default", "via", "10.231.0.1"]):
+            _ip(*cmd, ns=ns)
+        yield ns
+    finally:
+        for cmd in (["route", "del", "blackhole", "10.231.0.3/32"], ["addr", "del", "10.231.1.1/32", "dev", "lo"],
+                    ["link", "del", a], ["netns", "del", ns]):
+            subprocess.run(["ip", *cmd], capture_output=True)
+
+
+def test_a_node_cut_off_from_its_peers_still_serves_right_bytes(minio, direct, netns, tmp_path):
+    relay = Relay(minio.port, bind="0.0.0.0")
+    peers = [_free_udp_tcp_port() for _ in range(3)]
+    seeds = [f"10.231.1.1:{peers[0]}", f"10.231.1.1:{peers[1]}", f"10.231.0.3:{peers[2]}"]
+    host_nodes = [Node(tmp_path, f"cut-{i}", relay.port, peers[i], [s for j, s in enumerate(seeds) if j != i],
+                       peer_host="10.231.1.1") for i in range(2)]
+    cut = Node(tmp_path, "cut-2", relay.port, peers[2], seeds[:2], host="10.231.0.2", peer_host="10.231.0.3",
+               origin_host="10.231.0.1", netns=netns)
+    nodes = host_nodes + [cut]
+    try:
+        names = {nd.name for nd in nodes}
+        wait_until("the three nodes to see each other", lambda: all(set(nd.view()) == names for nd in nodes))
+        keys = [f"fleet/cut/data/0000{i}-0-f.parquet" for i in range(6)]
+        blobs = {k: os.urandom(5 * MiB + 10 * i) for i, k in enumerate(keys)}
+        for k, b in blobs.items():
+            direct.put_object(Bucket=BUCKET, Key=k, Body=b)
+        asked = cut.metric("floe_peer_asks_total")
+        for k in keys[:3]:  # before the cut the node asks its peers
+            assert get(cut.port, k, host=cut.host).data == blobs[k]
+        assert cut.metric("floe_peer_asks_total") > asked
+        # The cut: no packet between the namespace and the host peers' addresses, either way.
+        _ip("route", "add", "blackhole", "10.231.1.0/24", ns=netns)
+        _ip("route", "add", "blackhole", "10.231.0.3/32")
+        gets = relay.count("GET")
+        for k in keys:
+            r = get(cut.port, k, host=cut.host)
+            assert r.status == 200 and r.data == blobs[k], k
+        for k in keys:
+            r = get(host_nodes[0].port, k)
+            assert r.status == 200 and r.data == blobs[k], k
+        assert relay.count("GET") > gets  # the cut node filled from the origin itself
+        wait_until("the cut node to drop its peers", lambda: set(cut.view()) == {"cut-2"})
+        wait_until("the peers to drop the cut node",
+                   lambda: all(set(nd.view()) == {"cut-0", "cut-1"} for nd in host_nodes))
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
