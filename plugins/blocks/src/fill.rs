@@ -69,7 +69,10 @@ impl Source {
         (start, end): (u64, u64),
     ) -> Result<(Box<dyn ByteStream>, bool), OriginError> {
         if let Some(fleet) = self.fleet.clone() {
-            for (peer, cached_only) in std::mem::take(&mut self.asks) {
+            let mut asks = std::mem::take(&mut self.asks);
+            let mut i = 0;
+            while let Some((peer, cached_only)) = asks.get(i).cloned() {
+                i += 1;
                 let ask = BlockAsk {
                     bucket: &t.bucket_key,
                     key: &t.object_key,
@@ -88,6 +91,16 @@ impl Source {
                     Err(PeerError::Conflict) => {
                         self.tell(Served::Origin);
                         return Err(OriginError::Changed);
+                    }
+                    // Bounded load: the next rendezvous choice fills instead (this node when
+                    // it is that choice: the origin, below).
+                    Err(PeerError::Busy) if !cached_only && i == 1 => {
+                        let index = match t.map.class.immutable {
+                            true => start / cache.settings.block_bytes,
+                            false => 0, // one owner for a rewritable object
+                        };
+                        let next = fleet.next_owner(&t.bucket_key, &t.object_key, index, &peer);
+                        asks.extend(next.map(|p| (p, false)));
                     }
                     Err(e) => {
                         tracing::debug!(peer = %peer.id, cached_only, error = %e, "peer did not answer: next source")

@@ -102,6 +102,9 @@ pub enum PeerError {
     /// The owner uses another block size, or refused the ask as malformed.
     #[error("the owner refused the ask: {0}")]
     Refused(String),
+    /// The owner has too many fills in flight: the next rendezvous choice serves.
+    #[error("the owner is busy")]
+    Busy,
     /// Down, slow, cut off, or any other transport or server fault: the asker goes to the
     /// origin itself.
     #[error("peer unavailable: {0}")]
@@ -115,6 +118,7 @@ impl PeerError {
             PeerError::Conflict => 412,
             PeerError::NotFound => 404,
             PeerError::Refused(_) => 400,
+            PeerError::Busy => 429,
             PeerError::Unavailable(_) => 503,
         }
     }
@@ -134,6 +138,18 @@ pub trait Fleet: Send + Sync {
     /// The owner of block `index` of (`bucket`, `key`): `None` when it is this node (or the
     /// fleet has no other live member).
     fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef>;
+
+    /// The owner of block `index` when `busy` (its owner) refuses: the next rendezvous choice
+    /// among the active members; `None` when that is this node. Default none.
+    fn next_owner(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _index: u64,
+        _busy: &PeerRef,
+    ) -> Option<PeerRef> {
+        None
+    }
 
     /// For a block this node owns: peers that may still hold it, to ask in order (cached
     /// only) before the origin. The draining node that owned it (drain hands warmth over),

@@ -93,6 +93,7 @@ impl PeerClient {
     fn status_error(status: u16) -> PeerError {
         match status {
             412 => PeerError::Conflict,
+            429 => PeerError::Busy,
             404 => PeerError::NotFound,
             400 => PeerError::Refused("bad ask".into()),
             s => unavailable(format!("peer answered {s}")),
@@ -199,6 +200,7 @@ fn record<T>(kind: &str, r: &Result<T, PeerError>, started: Instant) {
         Err(PeerError::Conflict) => "conflict",
         Err(PeerError::NotFound) => "not_found",
         Err(PeerError::Refused(_)) => "refused",
+        Err(PeerError::Busy) => "busy",
         Err(PeerError::Unavailable(_)) => "unavailable",
     };
     metrics::with(|m| {

@@ -70,6 +70,11 @@ pub struct FleetSection {
     /// that the extra peer round trip on true misses stops soon.
     #[serde(default = "default_warm_window_ms")]
     pub warm_window_ms: u64,
+    /// Asks an owner fills from the origin at once before it refuses more as busy, and the
+    /// next rendezvous choice serves them (bounded load). Default 64: beyond that an owner's
+    /// origin link, not the fleet, is the bottleneck.
+    #[serde(default = "default_max_owner_fills")]
+    pub max_owner_fills: usize,
 }
 
 fn default_capacity() -> u64 {
@@ -89,6 +94,9 @@ fn default_peer_timeout_ms() -> u64 {
 }
 fn default_warm_window_ms() -> u64 {
     600_000
+}
+fn default_max_owner_fills() -> usize {
+    64
 }
 
 /// A validated `fleet:` section.
@@ -120,6 +128,8 @@ pub struct FleetSettings {
     pub peer_timeout: Duration,
     /// Warming window after start.
     pub warm_window: Duration,
+    /// Bounded load threshold.
+    pub max_owner_fills: usize,
 }
 
 fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
@@ -199,6 +209,7 @@ pub fn validate(cx: &ConfigCx<'_>, s: &FleetSection) -> Result<FleetSettings, Co
         phi_threshold: s.phi_threshold,
         peer_timeout: Duration::from_millis(s.peer_timeout_ms),
         warm_window: Duration::from_millis(s.warm_window_ms),
+        max_owner_fills: s.max_owner_fills.max(1),
     })
 }
 

@@ -116,6 +116,8 @@ impl Ring {
                 node: me.clone(),
                 secret: secret.clone(),
                 servers: servers.clone(),
+                fills: Arc::default(),
+                max_fills: s.max_owner_fills,
             }),
         });
         let gossip = Arc::new(
@@ -123,7 +125,7 @@ impl Ring {
                 .await
                 .map_err(|e| format!("cannot start gossip on {}/udp: {e}", s.bind))?,
         );
-        let membership = Arc::new(Membership::warming(me.clone(), s.warm_window));
+        let membership = Arc::new(Membership::warming(me.clone(), s.warm_window).in_zone(&s.zone));
         let (g, m) = (gossip.clone(), membership.clone());
         tokio::spawn(async move { g.run(&m).await });
         let l = listener.clone();
@@ -154,6 +156,10 @@ impl Fleet for Ring {
 
     fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
         self.membership.owner(bucket, key, index)
+    }
+
+    fn next_owner(&self, bucket: &str, key: &str, index: u64, busy: &PeerRef) -> Option<PeerRef> {
+        self.membership.next_owner(bucket, key, index, busy)
     }
 
     fn donors(&self, bucket: &str, key: &str, index: u64) -> Vec<PeerRef> {

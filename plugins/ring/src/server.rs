@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
@@ -32,6 +33,20 @@ pub struct PeerApi {
     pub secret: Arc<Vec<u8>>,
     /// Servers by bucket.
     pub servers: Servers,
+    /// Answers being filled from the origin right now.
+    pub fills: Arc<AtomicUsize>,
+    /// Above this many, an ask that would fill is refused as busy (the asker goes to the next
+    /// rendezvous choice): one hot owner cannot queue the fleet's misses behind its origin link.
+    pub max_fills: usize,
+}
+
+/// Holds one unit of the fills gauge.
+struct FillGuard(Arc<AtomicUsize>);
+
+impl Drop for FillGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A response body fed by a channel (an owner's blocks as they are served).
@@ -84,6 +99,7 @@ fn fail(kind: &str, e: &PeerError) -> Response<ChannelBody> {
         PeerError::Conflict => "conflict",
         PeerError::NotFound => "not_found",
         PeerError::Refused(_) => "refused",
+        PeerError::Busy => "busy",
         PeerError::Unavailable(_) => "unavailable",
     };
     metrics::with(|m| m.served.with_label_values(&[kind, result]).inc());
@@ -172,14 +188,22 @@ impl PeerApi {
             etag: &etag,
             size,
             block_bytes: bs,
-            cached_only: get("cached") == "1",
+            cached_only: get("cached") == "1"
+                || self.fills.load(Ordering::Relaxed) >= self.max_fills,
             first,
             last,
         };
         let mut got = match server.blocks(key, &ask).await {
             Ok(b) => b,
+            Err(PeerError::NotFound) if get("cached") != "1" => {
+                return fail("blocks", &PeerError::Busy)
+            }
             Err(e) => return fail("blocks", &e),
         };
+        let guard = (got.source == PeerSource::Fill).then(|| {
+            self.fills.fetch_add(1, Ordering::Relaxed);
+            FillGuard(self.fills.clone())
+        });
         let source = match got.source {
             PeerSource::Hit => "hit",
             PeerSource::Fill => "fill",
@@ -187,6 +211,7 @@ impl PeerApi {
         metrics::with(|m| m.served.with_label_values(&["blocks", source]).inc());
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
+            let _guard = guard;
             loop {
                 let item = match got.body.next().await {
                     Ok(Some(b)) => Ok(b),

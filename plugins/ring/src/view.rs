@@ -84,12 +84,20 @@ impl View {
         Self { members }
     }
 
-    /// The active owner of block `index` of (`bucket`, `key`).
-    pub fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<&Member> {
+    /// The active owner of block `index` of (`bucket`, `key`), among the members of `zone`
+    /// when it is set and has an active member (each zone then fills once, and reads stay in
+    /// their zone), else among all.
+    pub fn owner(&self, bucket: &str, key: &str, index: u64, zone: &str) -> Option<&Member> {
+        let zoned = !zone.is_empty() && self.active().any(|m| &*m.zone == zone);
         let i = hrw::owner(&self.members, bucket, key, index, |m| {
-            m.state != MemberState::Active
+            m.state != MemberState::Active || (zoned && &*m.zone != zone)
         })?;
         self.members.get(i)
+    }
+
+    /// Whether owners are chosen within `zone` (see [`View::owner`]).
+    fn zoned(&self, zone: &str) -> bool {
+        !zone.is_empty() && self.active().any(|m| &*m.zone == zone)
     }
 
     /// Ids of the active members.
@@ -103,6 +111,7 @@ impl View {
 /// The published view.
 pub struct Membership {
     me: Arc<str>,
+    zone: Arc<str>,
     view: ArcSwap<View>,
     joined: Instant,
     warm: Duration,
@@ -114,11 +123,18 @@ impl Membership {
         Self::warming(me, Duration::ZERO)
     }
 
+    /// This node's zone is `zone` (owners are preferred within it).
+    pub fn in_zone(mut self, zone: &str) -> Self {
+        self.zone = Arc::from(zone);
+        self
+    }
+
     /// An empty view for node `me`, which pulls blocks it now owns from their previous owners
     /// for `warm` after it starts.
     pub fn warming(me: Arc<str>, warm: Duration) -> Self {
         Self {
             me,
+            zone: Arc::from(""),
             view: ArcSwap::from_pointee(View::default()),
             joined: Instant::now(),
             warm,
@@ -142,8 +158,8 @@ impl Membership {
         let after = self.view.load();
         (0..64u64)
             .filter(|i| {
-                let a = before.owner("", "probe", *i).map(|m| &m.peer.id);
-                let b = after.owner("", "probe", *i).map(|m| &m.peer.id);
+                let a = before.owner("", "probe", *i, "").map(|m| &m.peer.id);
+                let b = after.owner("", "probe", *i, "").map(|m| &m.peer.id);
                 a != b
             })
             .count()
@@ -155,8 +171,11 @@ impl Membership {
         let ms = &view.members;
         let me = |m: &Member| m.peer.id == self.me;
         let mut out: Vec<PeerRef> = Vec::new();
+        let zoned = view.zoned(&self.zone);
+        let other_zone = |m: &Member| zoned && m.zone != self.zone;
         // Ownership as it was before any member began draining: a draining winner hands over.
-        if let Some(m) = hrw::owner(ms, bucket, key, index, |_| false).and_then(|i| ms.get(i)) {
+        let before = hrw::owner(ms, bucket, key, index, other_zone);
+        if let Some(m) = before.and_then(|i| ms.get(i)) {
             if m.state == MemberState::Draining && !me(m) {
                 out.push(m.peer.clone());
             }
@@ -164,7 +183,7 @@ impl Membership {
         if self.joined.elapsed() < self.warm {
             // Ownership without this node: whom it took the block from when it joined.
             let prev = hrw::owner(ms, bucket, key, index, |m| {
-                me(m) || m.state != MemberState::Active
+                me(m) || m.state != MemberState::Active || other_zone(m)
             });
             if let Some(m) = prev.and_then(|i| ms.get(i)) {
                 if !out.iter().any(|p| p.id == m.peer.id) {
@@ -175,10 +194,29 @@ impl Membership {
         out
     }
 
+    /// The owner of a block when its owner `busy` refuses: the next choice among the active
+    /// members (`None`: this node).
+    pub fn next_owner(
+        &self,
+        bucket: &str,
+        key: &str,
+        index: u64,
+        busy: &PeerRef,
+    ) -> Option<PeerRef> {
+        let view = self.view.load();
+        let ms = &view.members;
+        let zoned = view.zoned(&self.zone);
+        let i = hrw::owner(ms, bucket, key, index, |m| {
+            m.state != MemberState::Active || m.peer.id == busy.id || (zoned && m.zone != self.zone)
+        })?;
+        let m = ms.get(i)?;
+        (m.peer.id != self.me).then(|| m.peer.clone())
+    }
+
     /// The owner of a block: `None` when it is this node or no active member is known.
     pub fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
         let view = self.view.load();
-        let m = view.owner(bucket, key, index)?;
+        let m = view.owner(bucket, key, index, &self.zone)?;
         (m.peer.id != self.me).then(|| m.peer.clone())
     }
 }
@@ -200,6 +238,48 @@ pub fn member(id: &str, addr: &str, capacity: u64, state: MemberState) -> Member
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owners_stay_in_the_zone_when_it_has_an_active_member() {
+        let zoned = |id: &str, zone: &str| Member {
+            zone: Arc::from(zone),
+            ..member(id, "127.0.0.1:1", 1, MemberState::Active)
+        };
+        let m = Membership::new(Arc::from("a1")).in_zone("a");
+        m.publish(View::new(vec![
+            zoned("a1", "a"),
+            zoned("a2", "a"),
+            zoned("b1", "b"),
+        ]));
+        for i in 0..100 {
+            if let Some(p) = m.owner("wh", "k", i) {
+                assert_eq!(&*p.id, "a2", "never the other zone");
+            }
+        }
+        let alone = Membership::new(Arc::from("c1")).in_zone("c");
+        alone.publish(View::new(vec![zoned("a1", "a"), zoned("b1", "b")]));
+        assert!(
+            (0..20).any(|i| alone.owner("wh", "k", i).is_some()),
+            "no member in zone c: all"
+        );
+    }
+
+    #[test]
+    fn a_busy_owner_hands_to_the_next_choice() {
+        let m = Membership::new(Arc::from("a"));
+        m.publish(View::new(vec![
+            member("a", "127.0.0.1:1", 1, MemberState::Active),
+            member("b", "127.0.0.1:2", 1, MemberState::Active),
+            member("c", "127.0.0.1:3", 1, MemberState::Active),
+        ]));
+        for i in 0..100 {
+            let Some(owner) = m.owner("wh", "k", i) else {
+                continue;
+            };
+            let next = m.next_owner("wh", "k", i, &owner);
+            assert_ne!(next.as_ref().map(|p| p.id.clone()), Some(owner.id.clone()));
+        }
+    }
 
     #[test]
     fn a_node_asks_peers_for_what_it_does_not_own_and_nobody_asks_a_drainer() {
