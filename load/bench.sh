@@ -17,4 +17,5 @@ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt-get install -y ngin
 command -v perf >/dev/null || apt-get install -y linux-perf || true
 (cd load/loadgen && go build -o "$FLOE_CACHE/bin/floe-loadgen" .)
 cargo build --release --bin floe-proxy
-exec "$PY" load/bench.py "$@"
+"$PY" load/bench.py "$@"
+FLOE_BIN="$CARGO_TARGET_DIR/release/floe-proxy" exec "$PY" load/fleet_bench.py

@@ -14,6 +14,9 @@ pub struct Metrics {
     pub owner_moves: IntCounter,
     /// `floe_fleet_gossip_rejected_total`: gossip datagrams dropped for a bad tag.
     pub gossip_rejected: IntCounter,
+    /// `floe_fleet_gossip_messages_total{direction}`: authentic gossip datagrams sent and
+    /// received (each round is a syn, a syn-ack and an ack between two nodes).
+    pub gossip_messages: IntCounterVec,
     /// `floe_peer_asks_total{kind, result}`: asks this node sent to owners.
     pub asks: IntCounterVec,
     /// `floe_peer_ask_seconds`: time until an owner's answer began.
@@ -42,6 +45,13 @@ impl Metrics {
             gossip_rejected: register(IntCounter::new(
                 "floe_fleet_gossip_rejected_total",
                 "Gossip datagrams dropped for a missing or wrong tag",
+            )?),
+            gossip_messages: register(IntCounterVec::new(
+                Opts::new(
+                    "floe_fleet_gossip_messages_total",
+                    "Authentic gossip datagrams sent and received",
+                ),
+                &["direction"],
             )?),
             asks: register(IntCounterVec::new(
                 Opts::new("floe_peer_asks_total", "Asks sent to owner nodes"),

@@ -83,8 +83,9 @@ impl Socket for HmacSocket {
             return Ok(());
         }
         // A peer that is gone is the failure detector's business, not a broken transport.
-        if let Err(e) = self.socket.send_to(&payload, to).await {
-            tracing::debug!(%to, error = %e, "gossip send failed");
+        match self.socket.send_to(&payload, to).await {
+            Ok(_) => crate::metrics::with(|m| m.gossip_messages.with_label_values(&["sent"]).inc()),
+            Err(e) => tracing::debug!(%to, error = %e, "gossip send failed"),
         }
         Ok(())
     }
@@ -104,7 +105,12 @@ impl Socket for HmacSocket {
                 continue;
             };
             match ChitchatMessage::deserialize(&mut payload) {
-                Ok(msg) => return Ok((from, msg)),
+                Ok(msg) => {
+                    crate::metrics::with(|m| {
+                        m.gossip_messages.with_label_values(&["received"]).inc()
+                    });
+                    return Ok((from, msg));
+                }
                 Err(e) => tracing::warn!(%from, error = %e, "authentic but unreadable gossip"),
             }
         }
