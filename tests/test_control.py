@@ -236,6 +236,34 @@ def test_every_node_is_warmed(stack, relay, tmp_path):
         b.stop()
 
 
+def test_the_control_plane_follows_the_fleet(stack, relay, tmp_path):
+    """A fleet of two nodes and floe-control told only of the first: it learns the second from
+    the fleet's gossip (each node advertises its admin URL) and warms its metadata too, so
+    both hold every metadata block before any query, and a query through the second makes no
+    origin request."""
+    from fleet import start_fleet
+    nodes = start_fleet(tmp_path, relay.port, n=2)
+    c = Control(tmp_path, stack["rest_port"], nodes[0].aport)
+    try:
+        c.wait(lambda d: d["workers"].get("fleet", {}).get("detail") == "2 fleet members",
+               "the control plane to follow the fleet")
+        w = stack["writer"]
+        t = w.create_table(f"{NS}.fleetwarm", schema=batch(0, 1).schema)
+        t.append(batch(0, 5_000))
+        c.wait_warm(f"{NS}.fleetwarm", t.current_snapshot().snapshot_id)
+        held = [nd.admin("GET", "/stats")["metadata"]["dram_entries"] for nd in nodes]
+        assert held[0] > 0 and held[1] == held[0], held
+        mark = len(relay.lines)
+        via_1 = iceberg(stack["rest_port"], nodes[1].port, *CLIENT)
+        assert via_1.load_table(f"{NS}.fleetwarm").scan().to_arrow().num_rows == 5_000
+        touched = table_requests(relay, mark, "fleetwarm")
+        assert touched == [], f"node 1 went to the origin: {touched}"
+    finally:
+        c.stop()
+        for nd in nodes:
+            nd.stop()
+
+
 def test_an_unfollowed_table_does_go_to_the_origin(stack, relay):
     """The control case for the test above: the relay does see a cold table's reads."""
     w = stack["writer"]

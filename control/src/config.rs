@@ -30,6 +30,11 @@ pub struct FileConfig {
     /// The status endpoint `floe-control status` reads. Default 127.0.0.1:9102.
     #[serde(default = "default_status")]
     pub status_address: String,
+    /// When the nodes are a fleet, how often their membership is re-read (the control plane
+    /// then talks to every live member, not only the listed nodes). Default 5000 ms: a new
+    /// node gets the next commit's metadata warm.
+    #[serde(default = "default_fleet_poll_ms")]
+    pub fleet_poll_ms: u64,
     /// TLS trust for https catalog and node URLs. Default: the Mozilla root set (webpki-roots)
     /// only, so public CAs work with no setting.
     #[serde(default)]
@@ -171,6 +176,10 @@ pub struct HeatSection {
     pub pull_interval_ms: u64,
 }
 
+fn default_fleet_poll_ms() -> u64 {
+    5000
+}
+
 fn default_status() -> String {
     "127.0.0.1:9102".into()
 }
@@ -271,6 +280,8 @@ pub struct Settings {
     pub heat: HeatSection,
     /// Status listener.
     pub status_address: std::net::SocketAddr,
+    /// Fleet membership poll interval, ms.
+    pub fleet_poll_ms: u64,
     /// PEM of extra trusted CAs (validated), if any.
     pub ca_pem: Option<Vec<u8>>,
 }

@@ -58,7 +58,7 @@ pub fn schedule(
             return;
         }
         for (b, k) in &files {
-            for node in &ctl.nodes {
+            for node in ctl.nodes.current().iter() {
                 if let Err(e) = node.purge(b, k).await {
                     tracing::warn!(node = node.url(), key = %k, error = %e, "purge failed");
                 }

@@ -59,10 +59,8 @@ async fn footer(ctl: &Arc<Control>, table: &str, f: &LiveFile) -> Result<FileInf
     };
     let first_read = ctl.settings.warm.footer_bytes.min(f.size);
     ctl.rate.acquire(first_read).await;
-    let node = ctl
-        .placement
-        .reader(&ctl.nodes)
-        .ok_or(ControlError::NoNodes)?;
+    let nodes = ctl.nodes.current();
+    let node = ctl.placement.reader(&nodes).ok_or(ControlError::NoNodes)?;
     let (b, k) = (&f.loc.0, &f.loc.1);
     let r = node.read(b, k, Span::Suffix(first_read), None).await?;
     let mut warmed = r.bytes.len() as u64;

@@ -19,6 +19,7 @@
 pub mod config;
 pub mod error;
 pub mod expiry;
+pub mod fleet;
 pub mod footer;
 pub mod heat;
 pub mod http;
@@ -60,6 +61,10 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
         worker::spawn(
             b.handle("heat"),
             pull::run(ctl.clone(), b.handle("heat"), stop.clone()),
+        ),
+        worker::spawn(
+            b.handle("fleet"),
+            fleet::run(ctl.clone(), b.handle("fleet"), stop.clone()),
         ),
         worker::spawn(
             b.handle("status"),

@@ -98,6 +98,44 @@ impl NodeClient {
         Ok(resp)
     }
 
+    /// The admin URLs of the live members of the node's fleet, sorted by node id; `None` when
+    /// the node is not in a fleet (404).
+    pub async fn fleet(&self) -> Result<Option<Vec<String>>, NodeError> {
+        #[derive(serde::Deserialize)]
+        struct Member {
+            node_id: String,
+            #[serde(default)]
+            admin_url: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct View {
+            members: Vec<Member>,
+        }
+        let req = self.http.get(format!("{}/fleet", self.node.admin));
+        match self.json::<View>(req).await {
+            Ok(mut v) => {
+                v.members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+                let urls = v.members.into_iter().map(|m| m.admin_url);
+                Ok(Some(urls.filter(|u| !u.is_empty()).collect()))
+            }
+            Err(NodeError::Status { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// As [`NodeClient::warm`], for the blocks' owners only (`replica=0`): in a fleet the node
+    /// routes each block to its owner, which fills and keeps it.
+    pub async fn warm_owners(&self, bucket: &str, key: &str, span: Span) -> Result<u64, NodeError> {
+        let mut q = Self::query(bucket, key, span, None);
+        q.push(("replica".into(), "0".into()));
+        let req = self
+            .http
+            .post(format!("{}/warm", self.node.admin))
+            .query(&q);
+        let doc: wire::WarmDoc = self.json(req).await?;
+        Ok(doc.bytes)
+    }
+
     /// Reads `span` of s3://bucket/key through the node's cache, into `store`.
     pub async fn read(
         &self,

@@ -75,8 +75,23 @@ pub async fn after_replace(ctl: &Arc<Control>, table: &str, live: &[LiveFile]) -
             yield_to_foreground(ctl).await;
             ctl.rate.acquire(b - a + 1).await;
             let mut warmed = 0;
-            for n in ctl.placement.targets(&ctl.nodes, &l.0, &l.1) {
-                match n.warm(&l.0, &l.1, Span::Range(a, b), None).await {
+            let nodes = ctl.nodes.current();
+            // A fleet: one node routes each block to its owner, which fills and keeps it
+            // (no copy elsewhere); the node is picked by key, so prefetch load spreads.
+            let targets = if ctl.nodes.is_fleet() {
+                let i = crate::fleet::pick(&l.1, nodes.len());
+                nodes.get(i).into_iter().collect()
+            } else {
+                ctl.placement.targets(&nodes, &l.0, &l.1)
+            };
+            for n in targets {
+                let span = Span::Range(a, b);
+                let done = if ctl.nodes.is_fleet() {
+                    n.warm_owners(&l.0, &l.1, span).await
+                } else {
+                    n.warm(&l.0, &l.1, span, None).await
+                };
+                match done {
                     Ok(w) => warmed = w,
                     Err(e) => tracing::warn!(key = %l.1, error = %e, "prefetch failed"),
                 }
@@ -102,7 +117,7 @@ async fn yield_to_foreground(ctl: &Control) {
     let start = tokio::time::Instant::now();
     while start.elapsed() < MAX_YIELD {
         let mut busy = false;
-        for n in &ctl.nodes {
+        for n in ctl.nodes.current().iter() {
             busy |= n.foreground_misses().await.unwrap_or(0) > ctl.settings.prefetch.yield_above;
         }
         if !busy {

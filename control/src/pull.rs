@@ -20,7 +20,7 @@ pub async fn pull_once(ctl: &Control) -> Result<usize, ControlError> {
     let mut errors = Vec::new();
     let files = ctl.files.load();
     let now = now_secs();
-    for node in &ctl.nodes {
+    for node in ctl.nodes.current().iter() {
         match node.accesses(BATCH).await {
             Ok((rows, _dropped)) => {
                 n += rows.len();

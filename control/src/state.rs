@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::config::Settings;
+use crate::fleet::Nodes;
 use crate::heat::Ledger;
 use crate::mapper::FileMap;
 use crate::node::NodeClient;
@@ -78,8 +79,8 @@ pub struct TableState {
 pub struct Control {
     /// Settings.
     pub settings: Settings,
-    /// Admin clients, first one serves reads.
-    pub nodes: Vec<NodeClient>,
+    /// Admin clients, first one serves reads (the fleet's live members when it is one).
+    pub nodes: Nodes,
     /// Followed tables by `namespace.table`.
     pub tables: RwLock<BTreeMap<String, TableState>>,
     /// The file map.
@@ -101,12 +102,14 @@ pub struct Control {
 impl Control {
     /// Builds the state from settings; loads the persisted heat ledger.
     pub fn new(settings: Settings) -> Arc<Self> {
-        let nodes = settings
-            .nodes
-            .iter()
-            .cloned()
-            .map(NodeClient::new)
-            .collect();
+        let nodes = Nodes::new(
+            settings
+                .nodes
+                .iter()
+                .cloned()
+                .map(NodeClient::new)
+                .collect(),
+        );
         let heat = Ledger::open(&settings.heat.path, settings.heat.half_life_secs);
         let rate = RateLimit::new(settings.warm.bytes_per_sec);
         Arc::new(Self {

@@ -122,6 +122,7 @@ pub fn parse(
         prefetch: c.prefetch,
         heat: c.heat,
         status_address,
+        fleet_poll_ms: c.fleet_poll_ms.clamp(100, 3_600_000),
     })
 }
 

@@ -236,7 +236,8 @@ async fn warm_all(
     store: Option<Store>,
 ) -> Result<(), ControlError> {
     let mut bytes = 0;
-    for n in ctl.placement.targets(&ctl.nodes, &l.0, &l.1) {
+    let nodes = ctl.nodes.current();
+    for n in ctl.placement.targets(&nodes, &l.0, &l.1) {
         bytes = n.warm(&l.0, &l.1, span, store).await?;
     }
     ctl.rate.acquire(bytes).await;
@@ -246,8 +247,9 @@ async fn warm_all(
 
 /// Warms one object on its nodes but the reader (which read it already); failures are logged.
 pub(crate) async fn warm_others(ctl: &Control, l: &FileKey, span: Span, store: Option<Store>) {
-    let reader = ctl.placement.reader(&ctl.nodes).map(NodeClient::url);
-    let targets = ctl.placement.targets(&ctl.nodes, &l.0, &l.1);
+    let nodes = ctl.nodes.current();
+    let reader = ctl.placement.reader(&nodes).map(NodeClient::url);
+    let targets = ctl.placement.targets(&nodes, &l.0, &l.1);
     for n in targets.into_iter().filter(|n| Some(n.url()) != reader) {
         if let Err(e) = n.warm(&l.0, &l.1, span, store).await {
             tracing::warn!(node = n.url(), key = %l.1, error = %e, "warm failed");
@@ -261,7 +263,7 @@ async fn pin(ctl: &Control, keys: &[FileKey], store: Store) {
     for (b, k) in keys {
         by_bucket.entry(b).or_default().push(k.clone());
     }
-    for n in &ctl.nodes {
+    for n in ctl.nodes.current().iter() {
         for (b, ks) in &by_bucket {
             if let Err(e) = n.classify(b, ks, store).await {
                 tracing::warn!(node = n.url(), bucket = b, error = %e, "classify failed");

@@ -21,9 +21,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Builds the catalog client; its FileIO reads through the first node.
 pub async fn catalog(ctl: &Control) -> Result<RestCatalog, ControlError> {
+    let nodes = ctl.nodes.current();
     let node = ctl
         .placement
-        .reader(&ctl.nodes)
+        .reader(&nodes)
         .ok_or(ControlError::NoNodes)?
         .node();
     RestCatalogBuilder::default()
@@ -82,7 +83,7 @@ async fn poll(
         // The proxies' catalog routes forget their cached loadTable of this namespace first, so
         // once the status shows the new snapshot, so does the route.
         let ns = ident.namespace().join(".");
-        for n in &ctl.nodes {
+        for n in ctl.nodes.current().iter() {
             if let Err(e) = n.purge_catalog(&ns).await {
                 tracing::warn!(node = n.url(), namespace = %ns, error = %e, "catalog purge failed");
             }

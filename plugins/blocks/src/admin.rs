@@ -3,8 +3,8 @@
 //! - `GET /stats` -> per store: DRAM usage and ceiling, disk ceiling and I/O, hits, misses,
 //!   insertions, admissions rejected, origin bytes.
 //! - `POST /purge?bucket=B&key=K` or `?bucket=B&prefix=P` -> mappings and blocks dropped.
-//! - `POST /warm?bucket=B&key=K[&range=FIRST-LAST|&suffix=N][&store=metadata|data]` -> bytes
-//!   warmed.
+//! - `POST /warm?bucket=B&key=K[&range=FIRST-LAST|&suffix=N][&store=metadata|data][&replica=0]`
+//!   -> bytes warmed; `replica=0`: in a fleet, only the blocks' owners keep them.
 //! - `GET /object?bucket=B&key=K[&range=..|&suffix=N][&store=..]` -> the bytes, read through the
 //!   cache (warming what is missing); `x-floe-object-size`, `x-floe-first-byte` and `etag` say
 //!   where they sit in which version. The control plane reads metadata and footers this way.
@@ -122,7 +122,12 @@ impl BlocksAdmin {
             Ok(a) => a,
             Err(r) => return r,
         };
-        match filter.warm(&b, &k, span, store).await {
+        let warmed = if req.param("replica") == "0" {
+            filter.warm_owners(&b, &k, span, store).await
+        } else {
+            filter.warm(&b, &k, span, store).await
+        };
+        match warmed {
             Ok(bytes) => AdminResponse::doc(200, &wire::WarmDoc { bytes }),
             Err(e) => AdminResponse::error(op_status(&e), e),
         }

@@ -46,6 +46,8 @@ pub(crate) struct Source {
     pub(crate) fleet: Option<Arc<dyn Fleet>>,
     /// Peers to ask, in order, each with "cached only" (a donor).
     pub(crate) asks: Vec<(PeerRef, bool)>,
+    /// Keep what peers send (false: hand it to the waiters without storing it).
+    pub(crate) replica: bool,
     /// Told where the bytes came from, once the body began.
     pub(crate) report: Option<oneshot::Sender<Served>>,
 }
@@ -57,6 +59,7 @@ impl Source {
             origin: origin.clone(),
             fleet: None,
             asks: Vec::new(),
+            replica: true,
             report: None,
         }
     }
@@ -200,7 +203,14 @@ pub(crate) async fn fill(
                 cur = Some(it);
                 continue;
             }
-            publish(&cache, &t, it, buf.split().freeze(), size, from_peer);
+            let keep = !from_peer || source.replica;
+            publish(
+                &cache,
+                &t,
+                it,
+                buf.split().freeze(),
+                (size, from_peer, keep),
+            );
             cur = items.next();
         }
         if tap.as_ref().is_some_and(|t| t.send(whole).is_err()) {
@@ -212,7 +222,14 @@ pub(crate) async fn fill(
 }
 
 /// Merges a fetched piece into what the block held, stores it and hands it to the waiters.
-fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64, peer: bool) {
+/// `(size, peer, keep)`: the object's size, whether a peer sent it, whether to store it.
+fn publish(
+    cache: &BlockCache,
+    t: &Target,
+    it: RunItem,
+    bytes: Bytes,
+    (size, peer, keep): (u64, bool, bool),
+) {
     let bs = cache.settings.block_bytes;
     let len = block_span(it.index, bs, size).1 as u32;
     let s = cache.store_of(t.map.class, it.index, size);
@@ -232,6 +249,11 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, size: u64,
         &stats.origin_bytes
     };
     counter.fetch_add(fetched, Ordering::Relaxed);
+    if !keep {
+        let _ = it.tx.send(Some(Ok(block)));
+        cache.inflight.release(&it.key);
+        return;
+    }
     settle(cache, &it.key, s, block, &it.tx);
 }
 

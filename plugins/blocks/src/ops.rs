@@ -189,7 +189,22 @@ impl BlockFilter {
         span: ReadSpan,
         force: Option<Store>,
     ) -> Result<u64, OpError> {
-        self.blocks(bucket, key, span, force, false)
+        self.blocks(bucket, key, span, force, (false, true))
+            .await
+            .map(|(n, _)| n)
+    }
+
+    /// As [`BlockFilter::warm`], for the blocks' owners only: in a fleet the owners fill and
+    /// keep them, this node keeps no copy of what they send (the control plane's data
+    /// prefetch). One node: as `warm`.
+    pub async fn warm_owners(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        span: ReadSpan,
+        force: Option<Store>,
+    ) -> Result<u64, OpError> {
+        self.blocks(bucket, key, span, force, (false, false))
             .await
             .map(|(n, _)| n)
     }
@@ -202,11 +217,12 @@ impl BlockFilter {
         span: ReadSpan,
         force: Option<Store>,
     ) -> Result<ReadOut, OpError> {
-        self.blocks(bucket, key, span, force, true)
+        self.blocks(bucket, key, span, force, (true, true))
             .await
             .map(|(_, out)| out)
     }
 
+    /// `(keep, replica)`: keep the span's bytes for the caller; keep copies of blocks peers send.
     /// Walks the blocks of `span` (whole blocks are warmed), keeping the span's bytes when
     /// `keep`. Returns the bytes of the blocks walked and the span's bytes and place.
     async fn blocks(
@@ -215,7 +231,7 @@ impl BlockFilter {
         key: &ObjectKey,
         span: ReadSpan,
         force: Option<Store>,
-        keep: bool,
+        (keep, replica): (bool, bool),
     ) -> Result<(u64, ReadOut), OpError> {
         let (mut map, _) = self.mapping(bucket, key).await?;
         if let Some(store) = force {
@@ -246,6 +262,7 @@ impl BlockFilter {
         let bs = self.cache.settings.block_bytes;
         let (b0, b1) = blocks_of(first, last, bs);
         let mut reader = self.reader((bucket, key), &map, (first, last), true);
+        reader.replica = replica;
         let mut warmed = 0;
         let mut sink = Collect(BytesMut::new(), keep);
         for i in b0..=b1 {

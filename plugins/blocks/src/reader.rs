@@ -60,6 +60,8 @@ pub struct BlockReader {
     pub(crate) fleet: Option<Arc<dyn Fleet>>,
     /// Misses go to their owners (false when answering a peer: only donors are asked).
     pub(crate) forward: bool,
+    /// Keep copies of blocks peers send (false: only their owners keep them).
+    pub(crate) replica: bool,
     /// The first block with missing bytes, looked up before the response began (fleet only).
     pub(crate) primed: Option<(u64, Result<Got, FillError>)>,
     /// Where the first fill this reader started got its bytes.
@@ -100,6 +102,7 @@ impl BlockReader {
             tap: None,
             fleet: None,
             forward: false,
+            replica: true,
             primed: None,
             served: None,
         }
@@ -418,6 +421,7 @@ impl BlockReader {
             origin: self.origin.clone(),
             fleet: self.fleet.clone(),
             asks,
+            replica: self.replica,
             report,
         };
         tokio::spawn(fill(

@@ -14,6 +14,20 @@ pub struct FileSections {
     /// The fleet.
     #[serde(default)]
     pub fleet: Option<FleetSection>,
+    /// The proxy's admin listener (validated by the proxy; read here for the advertised
+    /// admin URL's default).
+    #[serde(default)]
+    pub admin: Option<AdminPeek>,
+}
+
+/// What this plugin reads of the proxy's `admin:` section.
+#[derive(Debug, Deserialize)]
+pub struct AdminPeek {
+    /// `ip:port` it binds.
+    pub address: String,
+    /// Present when it serves TLS.
+    #[serde(default)]
+    pub tls: Option<serde::de::IgnoredAny>,
 }
 
 /// How this node joins a fleet.
@@ -30,6 +44,11 @@ pub struct FleetSection {
     /// Where to bind both. Default: `peer_address` (in a pod, set `0.0.0.0:<port>`).
     #[serde(default)]
     pub bind: Option<String>,
+    /// The admin API's URL as floe-control reaches it (gossiped, so the control plane follows
+    /// the fleet's membership). Default: `peer_address`'s host with the `admin:` listener's
+    /// port (https when it serves TLS); none without an `admin:` section.
+    #[serde(default)]
+    pub admin_url: Option<String>,
     /// Other nodes' `peer_address`es to gossip with first. Default none.
     #[serde(default)]
     pub seeds: Vec<String>,
@@ -108,6 +127,8 @@ pub struct FleetSettings {
     pub peer_address: String,
     /// Bound address (TCP peer API and UDP gossip).
     pub bind: SocketAddr,
+    /// Advertised admin URL ("" when none).
+    pub admin_url: String,
     /// Advertised gossip address (UDP).
     pub gossip_advertise: SocketAddr,
     /// Seed `host:port`s (static and DNS).
@@ -139,8 +160,56 @@ fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, Config
         .ok_or_else(|| cx.err(key, format!("{addr:?} resolves to no address")))
 }
 
-/// Validates the section.
+/// The admin URL other processes reach: `admin_url`, or `peer_address`'s host with the admin
+/// listener's port.
+fn admin_url(
+    cx: &ConfigCx<'_>,
+    s: &FleetSection,
+    admin: Option<&AdminPeek>,
+) -> Result<String, ConfigError> {
+    if let Some(u) = &s.admin_url {
+        let ok = (u.starts_with("http://") || u.starts_with("https://")) && url_host_port(u);
+        if !ok {
+            return Err(cx.err(
+                "fleet.admin_url",
+                format!("{u:?} is not an http(s)://host:port URL"),
+            ));
+        }
+        return Ok(u.trim_end_matches('/').to_owned());
+    }
+    let Some(a) = admin else {
+        return Ok(String::new());
+    };
+    let port = a.address.rsplit_once(':').map(|(_, p)| p).unwrap_or("");
+    let host = s
+        .peer_address
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or("");
+    let scheme = if a.tls.is_some() { "https" } else { "http" };
+    Ok(format!("{scheme}://{host}:{port}"))
+}
+
+fn url_host_port(u: &str) -> bool {
+    let rest = u
+        .split_once("://")
+        .map_or("", |(_, r)| r)
+        .trim_end_matches('/');
+    rest.rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+}
+
+/// Validates the section (`admin`: the proxy's admin listener, when it has one).
 pub fn validate(cx: &ConfigCx<'_>, s: &FleetSection) -> Result<FleetSettings, ConfigError> {
+    validate_with(cx, s, None)
+}
+
+/// As [`validate`], with the proxy's admin listener.
+pub fn validate_with(
+    cx: &ConfigCx<'_>,
+    s: &FleetSection,
+    admin: Option<&AdminPeek>,
+) -> Result<FleetSettings, ConfigError> {
     let node_id = match &s.node_id {
         Some(id) => id.clone(),
         None => (cx.env)("HOSTNAME").unwrap_or_default(),
@@ -196,6 +265,7 @@ pub fn validate(cx: &ConfigCx<'_>, s: &FleetSection) -> Result<FleetSettings, Co
         return Err(cx.err("fleet.peer_timeout_ms", "must be 10-60000"));
     }
     Ok(FleetSettings {
+        admin_url: admin_url(cx, s, admin)?,
         node_id,
         peer_address: s.peer_address.clone(),
         bind,
@@ -229,12 +299,32 @@ mod tests {
         };
         let raw: FileSections =
             serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
-        validate(
-            &cx,
-            raw.fleet
-                .as_ref()
-                .ok_or_else(|| cx.err("fleet", "absent"))?,
+        let fleet = raw
+            .fleet
+            .as_ref()
+            .ok_or_else(|| cx.err("fleet", "absent"))?;
+        validate_with(&cx, fleet, raw.admin.as_ref())
+    }
+
+    #[test]
+    fn the_admin_url_is_the_peer_host_with_the_admin_port() {
+        let s = parse(
+            "fleet: {node_id: a, peer_address: '10.0.0.5:9200', secret_env: SECRET}\n\
+             admin: {address: '0.0.0.0:9101', token: t}",
         )
+        .unwrap();
+        assert_eq!(s.admin_url, "http://10.0.0.5:9101");
+        let s = parse(
+            "fleet: {node_id: a, peer_address: '10.0.0.5:9200', secret_env: SECRET, \
+             admin_url: 'https://floe-0.floe:9101/'}",
+        )
+        .unwrap();
+        assert_eq!(s.admin_url, "https://floe-0.floe:9101");
+        let e = parse(
+            "fleet: {node_id: a, peer_address: '10.0.0.5:9200', secret_env: SECRET, admin_url: x}",
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "fleet.admin_url");
     }
 
     #[test]

@@ -21,6 +21,7 @@ const K_ADDR: &str = "peer_address";
 const K_CAPACITY: &str = "capacity_bytes";
 const K_ZONE: &str = "zone";
 const K_STATE: &str = "state";
+const K_ADMIN: &str = "admin_url";
 
 /// The gossip worker's handle: started once, then watched for membership changes.
 pub struct Gossip {
@@ -60,6 +61,7 @@ impl Gossip {
             (K_CAPACITY.to_owned(), s.capacity_bytes.to_string()),
             (K_ZONE.to_owned(), s.zone.clone()),
             (K_STATE.to_owned(), MemberState::Active.as_str().to_owned()),
+            (K_ADMIN.to_owned(), s.admin_url.clone()),
         ];
         let transport = HmacTransport::new(&s.secret, &s.cluster_id);
         let handle = spawn_chitchat(config, kv, &transport).await?;
@@ -118,6 +120,7 @@ fn to_view(live: &std::collections::BTreeMap<ChitchatId, chitchat::NodeState>) -
                 generation: id.generation_id,
                 capacity: st.get(K_CAPACITY)?.parse().ok()?,
                 zone: Arc::from(st.get(K_ZONE).unwrap_or("")),
+                admin_url: Arc::from(st.get(K_ADMIN).unwrap_or("")),
                 state: MemberState::parse(st.get(K_STATE).unwrap_or("")),
             })
         })

@@ -16,7 +16,7 @@ use pingora::services::background::background_service;
 use pingora::services::ServiceWithDependents;
 
 use crate::client::PeerClient;
-use crate::config::{validate, FileSections, FleetSettings};
+use crate::config::{validate_with, FileSections, FleetSettings};
 use crate::gossip::{DrainOnShutdown, Gossip};
 use crate::server::{PeerApi, PeerListener, Servers};
 use crate::view::Membership;
@@ -40,7 +40,7 @@ impl PluginFactory for RingFactory {
         let raw: FileSections =
             serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
         let settings = match &raw.fleet {
-            Some(f) => Some(validate(cx, f)?),
+            Some(f) => Some(validate_with(cx, f, raw.admin.as_ref())?),
             None => None,
         };
         Ok(Box::new(RingConfig { settings }))
@@ -251,6 +251,7 @@ impl Ring {
                     "capacity_bytes": m.capacity,
                     "zone": &*m.zone,
                     "state": m.state.as_str(),
+                    "admin_url": &*m.admin_url,
                 })
             })
             .collect();

@@ -51,6 +51,8 @@ pub struct Member {
     pub zone: Arc<str>,
     /// Active or draining.
     pub state: MemberState,
+    /// Its admin API URL ("" when it has none), for the control plane.
+    pub admin_url: Arc<str>,
 }
 
 impl Candidate for Member {
@@ -232,6 +234,7 @@ pub fn member(id: &str, addr: &str, capacity: u64, state: MemberState) -> Member
         capacity,
         zone: Arc::from(""),
         state,
+        admin_url: Arc::from(""),
     }
 }
 
