@@ -5,6 +5,7 @@ import concurrent.futures
 import os
 import random
 import shutil
+import signal
 import subprocess
 import socket
 import threading
@@ -356,3 +357,19 @@ def test_a_node_cut_off_from_its_peers_still_serves_right_bytes(minio, direct, n
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def test_sigterm_drains_the_node_before_it_exits(fleet):
+    nodes, relay, d = fleet
+    leaving = Node(d, "floe-t", relay.port, _free_udp_tcp_port(), [nd.peer_port for nd in nodes], grace=3)
+    try:
+        wait_until("the fleet to see the new node", lambda: all(
+            nd.view().get("floe-t") == "active" for nd in nodes[:2]))
+        leaving.proc.proc.send_signal(signal.SIGTERM)
+        # Within the grace period: still alive, and gossiping that it left ownership.
+        wait_until("the fleet to see it draining", lambda: all(
+            nd.view().get("floe-t") == "draining" for nd in nodes[:2]), timeout=2.5)
+        assert leaving.proc.proc.poll() is None
+        assert leaving.proc.proc.wait(15) == 0
+    finally:
+        leaving.stop()
