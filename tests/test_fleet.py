@@ -373,3 +373,33 @@ def test_sigterm_drains_the_node_before_it_exits(fleet):
         assert leaving.proc.proc.wait(15) == 0
     finally:
         leaving.stop()
+
+
+def test_a_drained_node_hands_its_blocks_over_before_it_exits(fleet, direct):
+    nodes, relay, d = fleet
+    staying = [nd for nd in nodes if nd.view().get(nd.name) == "active"]
+    giver = Node(d, "floe-h", relay.port, _free_udp_tcp_port(), [nd.peer_port for nd in nodes])
+    try:
+        wait_until("the fleet to see the new node", lambda: all(
+            nd.view().get("floe-h") == "active" for nd in staying))
+        keys = [f"fleet/handover/data/0000{i}-0-g.parquet" for i in range(8)]
+        blobs = {k: os.urandom(6 * MiB + 100 * i) for i, k in enumerate(keys)}
+        for k, b in blobs.items():
+            direct.put_object(Bucket=BUCKET, Key=k, Body=b)
+        for k in keys:  # only through the giver: the blocks it owns are nowhere else
+            assert get(giver.port, k).data == blobs[k]
+        runs = [nd.admin("GET", "/fleet")["handover"]["runs"] for nd in staying]
+        giver.admin("POST", "/fleet/drain")
+        wait_until("the new owners to take the giver's blocks over", lambda: all(
+            nd.admin("GET", "/fleet")["handover"]["runs"] > r for nd, r in zip(staying, runs)))
+        pulled = sum(nd.admin("GET", "/fleet")["handover"]["blocks"] for nd in staying)
+        assert pulled > 0
+        giver.kill()  # it exits: what it owned must be with its new owners already
+        gets, nlines = relay.count("GET"), len(relay.lines)
+        for nd in staying:
+            for k in keys:
+                r = get(nd.port, k)
+                assert r.status == 200 and r.data == blobs[k], (nd.name, k)
+        assert relay.count("GET") - gets == 0, relay.lines[nlines:]
+    finally:
+        giver.stop()

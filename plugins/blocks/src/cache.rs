@@ -98,6 +98,8 @@ pub struct BlockCache {
     /// yields to them). Touched only on the miss path.
     pub foreground_misses: AtomicU64,
     pub(crate) sketch: Sketch,
+    /// Recently served blocks (warmth hand-over in a fleet).
+    pub hot: crate::hot::HotList,
     pub(crate) inflight: Inflight,
     /// Which adjacent blocks one origin GET may fetch together.
     pub(crate) run_split: Arc<dyn RunSplit>,
@@ -145,6 +147,7 @@ impl BlockCache {
             access: AccessLog::default(),
             foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
+            hot: crate::hot::HotList::default(),
             inflight: Inflight::default(),
             run_split,
             classifier,

@@ -48,6 +48,8 @@ pub(crate) struct Source {
     pub(crate) asks: Vec<(PeerRef, bool)>,
     /// Keep what peers send (false: hand it to the waiters without storing it).
     pub(crate) replica: bool,
+    /// Never the origin (a hand-over pulls only what a peer holds).
+    pub(crate) no_origin: bool,
     /// Told where the bytes came from, once the body began.
     pub(crate) report: Option<oneshot::Sender<Served>>,
 }
@@ -60,6 +62,7 @@ impl Source {
             fleet: None,
             asks: Vec::new(),
             replica: true,
+            no_origin: false,
             report: None,
         }
     }
@@ -110,6 +113,9 @@ impl Source {
                     }
                 }
             }
+        }
+        if self.no_origin {
+            return Err(OriginError::Transport("the donor does not hold it".into()));
         }
         self.tell(Served::Origin);
         let body = self
@@ -172,7 +178,13 @@ pub(crate) async fn fill(
                 let e = FillError::Failed("origin body ended early".into());
                 return fail(e, cur, &mut items);
             }
-            Err(e) if !from_peer => return fail(to_fill_error(e), cur, &mut items),
+            Err(e) if !from_peer || source.no_origin => {
+                return fail(to_fill_error(e), cur, &mut items)
+            }
+            Ok(None) if source.no_origin => {
+                let e = FillError::Failed("the donor's body ended early".into());
+                return fail(e, cur, &mut items);
+            }
             // The owner failed mid-body: the origin brings the rest, from the next byte.
             _ => {
                 from_peer = false;

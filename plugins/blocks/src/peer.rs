@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::fleet::{BlockAsk, PeerBody, PeerError, PeerServer, PeerSource};
+use floe_core::fleet::{BlockAsk, HotBlock, PeerBody, PeerError, PeerRef, PeerServer, PeerSource};
 use floe_core::{BucketName, ByteStream, ETag, ObjectHead, ObjectKey, OriginError};
 use tokio::sync::mpsc;
 
@@ -17,6 +17,7 @@ use crate::inflight::FillError;
 use crate::mapping::Mapping;
 use crate::range::blocks_of;
 use crate::resolve::Probe;
+use crate::store::BlockKey;
 use crate::tap::{ServeError, Sink};
 
 fn unavailable(e: impl std::fmt::Display) -> PeerError {
@@ -40,6 +41,14 @@ fn head_of(m: &Mapping) -> ObjectHead {
 
 #[async_trait]
 impl PeerServer for BlockFilter {
+    fn hot(&self, for_node: &str, limit: usize) -> Vec<HotBlock> {
+        self.hot_for(for_node, limit)
+    }
+
+    async fn pull(&self, block: &HotBlock, from: &PeerRef) -> Result<u64, PeerError> {
+        self.pull_block(block, from).await
+    }
+
     async fn head(&self, key: &ObjectKey, stale: Option<&ETag>) -> Result<ObjectHead, PeerError> {
         let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
         if let Some(e) = stale {
@@ -60,21 +69,7 @@ impl PeerServer for BlockFilter {
             )));
         }
         let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
-        // The asker's version, whatever this node's mapping says: blocks are keyed by ETag and
-        // filled with If-Match on it, so they can only ever be that version's bytes.
-        let map = match self.map.get(key.as_str()) {
-            Some(m) if m.etag == *ask.etag && m.size == ask.size => m,
-            _ => Arc::new(Mapping {
-                etag: ask.etag.clone(),
-                etag_key: Arc::from(ask.etag.as_str()),
-                size: ask.size,
-                headers: Vec::new(),
-                checksums: None,
-                class: self.class_of(key.as_str()),
-                checked: Instant::now(),
-                stale: false,
-            }),
-        };
+        let map = self.version(key, ask.etag, ask.size);
         let mut reader = self
             .reader((&bucket, key), &map, (ask.first, ask.last), false)
             .answering_peer();
@@ -119,6 +114,93 @@ impl PeerServer for BlockFilter {
             source,
             body: Box::new(ChannelStream(rx)),
         })
+    }
+}
+
+impl BlockFilter {
+    /// Version `etag` (of `size` bytes) of `key`, whatever this node's mapping says: blocks are
+    /// keyed by ETag and filled with If-Match on it, so they can only ever be its bytes.
+    fn version(&self, key: &ObjectKey, etag: &ETag, size: u64) -> Arc<Mapping> {
+        match self.map.get(key.as_str()) {
+            Some(m) if m.etag == *etag && m.size == size => m,
+            _ => Arc::new(Mapping {
+                etag: etag.clone(),
+                etag_key: Arc::from(etag.as_str()),
+                size,
+                headers: Vec::new(),
+                checksums: None,
+                class: self.class_of(key.as_str()),
+                checked: Instant::now(),
+                stale: false,
+            }),
+        }
+    }
+
+    /// The hot blocks of this route whose owner in this node's view is `node`.
+    fn hot_for(&self, node: &str, limit: usize) -> Vec<HotBlock> {
+        let Some(fleet) = &self.fleet else {
+            return Vec::new();
+        };
+        let bs = self.cache.settings.block_bytes;
+        let owned_by = |k: &BlockKey| {
+            // A rewritable object has one owner for all its blocks: block 0's.
+            let placed = if self.class_of(&k.key).immutable {
+                k.index
+            } else {
+                0
+            };
+            fleet
+                .owner(&k.bucket, &k.key, placed)
+                .is_some_and(|p| &*p.id == node)
+        };
+        self.cache
+            .hot
+            .collect(&self.bucket_key, limit, |k| {
+                u64::from(k.block_bytes) == bs && owned_by(k)
+            })
+            .into_iter()
+            .map(|(k, size)| HotBlock {
+                key: k.key.to_string(),
+                etag: k.etag.to_string(),
+                size,
+                block_bytes: bs,
+                index: k.index,
+            })
+            .collect()
+    }
+
+    /// Pulls one block from `from` (what it holds only) into this node's tiers.
+    async fn pull_block(&self, b: &HotBlock, from: &PeerRef) -> Result<u64, PeerError> {
+        let bs = self.cache.settings.block_bytes;
+        let (Ok(bucket), Ok(key), Ok(etag)) = (
+            BucketName::parse(&self.bucket_key),
+            ObjectKey::parse(&b.key),
+            ETag::parse(&b.etag),
+        ) else {
+            return Err(PeerError::Refused("malformed hot block".into()));
+        };
+        if b.block_bytes != bs || b.size == 0 || b.index * bs >= b.size {
+            return Err(PeerError::Refused("another block geometry".into()));
+        }
+        let map = self.version(&key, &etag, b.size);
+        let (first, last) = (b.index * bs, ((b.index + 1) * bs).min(b.size) - 1);
+        let mut reader = self.reader((&bucket, &key), &map, (first, last), true);
+        reader.only_from = Some(from.clone());
+        reader
+            .serve(b.index, &mut Discard)
+            .await
+            .map_err(|e| PeerError::Unavailable(e.to_string()))?;
+        Ok(last + 1 - first)
+    }
+}
+
+/// A sink that drops what it is given (a pull keeps the block in the tiers, not the bytes).
+struct Discard;
+
+#[async_trait]
+impl Sink for Discard {
+    async fn put(&mut self, _bytes: Bytes) -> Result<(), ServeError> {
+        Ok(())
     }
 }
 

@@ -62,6 +62,8 @@ pub struct BlockReader {
     pub(crate) forward: bool,
     /// Keep copies of blocks peers send (false: only their owners keep them).
     pub(crate) replica: bool,
+    /// A hand-over: fetch only from this peer (what it holds), never the origin.
+    pub(crate) only_from: Option<PeerRef>,
     /// The first block with missing bytes, looked up before the response began (fleet only).
     pub(crate) primed: Option<(u64, Result<Got, FillError>)>,
     /// Where the first fill this reader started got its bytes.
@@ -103,6 +105,7 @@ impl BlockReader {
             fleet: None,
             forward: false,
             replica: true,
+            only_from: None,
             primed: None,
             served: None,
         }
@@ -237,6 +240,9 @@ impl BlockReader {
         let key = self.key(index);
         let store = self.store(index);
         let stats = self.cache.pick(store).1;
+        if self.fleet.is_some() {
+            self.cache.hot.touch(&key, self.target.map.size);
+        }
         let mut wait = None;
         if self.pending.front().is_some_and(|p| p.index == index) {
             if let Some(Pending { rx, own, .. }) = self.pending.pop_front() {
@@ -413,15 +419,17 @@ impl BlockReader {
             self.served = Some(rx);
             tx
         });
-        let asks = match self.owner(index) {
-            Some((_, o)) => vec![(o, false)],
-            None => self.donors(index).into_iter().map(|d| (d, true)).collect(),
+        let asks = match (&self.only_from, self.owner(index)) {
+            (Some(p), _) => vec![(p.clone(), true)],
+            (None, Some((_, o))) => vec![(o, false)],
+            (None, None) => self.donors(index).into_iter().map(|d| (d, true)).collect(),
         };
         let source = Source {
             origin: self.origin.clone(),
             fleet: self.fleet.clone(),
             asks,
             replica: self.replica,
+            no_origin: self.only_from.is_some(),
             report,
         };
         tokio::spawn(fill(

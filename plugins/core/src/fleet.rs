@@ -176,6 +176,21 @@ pub trait Fleet: Send + Sync {
     fn serve(&self, bucket: &str, server: Arc<dyn PeerServer>);
 }
 
+/// A block a node served recently, named for a hand-over.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HotBlock {
+    /// Object key.
+    pub key: String,
+    /// Version.
+    pub etag: String,
+    /// The version's size.
+    pub size: u64,
+    /// Block geometry.
+    pub block_bytes: u64,
+    /// Block index.
+    pub index: u64,
+}
+
 /// Answers other nodes' asks for one bucket from this node's tiers, filling from the origin
 /// (once for every asker) what it does not hold. Never forwards to another peer.
 #[async_trait]
@@ -187,4 +202,17 @@ pub trait PeerServer: Send + Sync {
     /// The bytes of `ask`; `Ok` once the first of them is ready, so a version conflict is an
     /// error rather than a cut body.
     async fn blocks(&self, key: &ObjectKey, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError>;
+
+    /// Up to `limit` blocks this node served recently, most recent first, whose owner in
+    /// this node's view is `for_node` (what a joining node, or the new owners of a draining
+    /// node's blocks, pull). Default none.
+    fn hot(&self, _for_node: &str, _limit: usize) -> Vec<HotBlock> {
+        Vec::new()
+    }
+
+    /// Fetches `block` from `from` (only what it holds, never the origin) and keeps it;
+    /// returns the bytes pulled. Default: refused.
+    async fn pull(&self, _block: &HotBlock, _from: &PeerRef) -> Result<u64, PeerError> {
+        Err(PeerError::Refused("no hand-over here".into()))
+    }
 }

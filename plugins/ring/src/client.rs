@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::fleet::{BlockAsk, Peer, PeerBody, PeerError, PeerSource};
+use floe_core::fleet::{BlockAsk, HotBlock, Peer, PeerBody, PeerError, PeerSource};
 use floe_core::{ByteStream, ETag, ObjectHead, OriginError};
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
@@ -142,6 +142,41 @@ impl PeerClient {
             .ok()
             .and_then(HeadDoc::into_head)
             .ok_or_else(|| unavailable("unreadable head document"))
+    }
+
+    /// The hot blocks of `bucket` that `peer` holds and `node` now owns (a hand-over list).
+    pub async fn hot(
+        &self,
+        peer: &Peer,
+        bucket: &str,
+        node: &str,
+        limit: usize,
+    ) -> Result<Vec<HotBlock>, PeerError> {
+        let path = format!(
+            "/v1/hot?bucket={}&node={}&limit={limit}",
+            enc(bucket),
+            enc(node)
+        );
+        let (mut s, hp, status) = self.get(peer, &path, self.timeout * 4).await?;
+        if status != 200 {
+            self.connector.release_http_session(s, &hp, IDLE).await;
+            return Err(Self::status_error(status));
+        }
+        let mut doc = Vec::new();
+        let read = async {
+            while let Some(b) = s.read_response_body().await.map_err(unavailable)? {
+                doc.extend_from_slice(&b);
+                if doc.len() > 64 << 20 {
+                    return Err(unavailable("hot list too large"));
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.timeout * 20, read)
+            .await
+            .map_err(|_| unavailable("hot list timed out"))??;
+        self.connector.release_http_session(s, &hp, IDLE).await;
+        serde_json::from_slice(&doc).map_err(|e| unavailable(format!("unreadable hot list: {e}")))
     }
 
     /// The bytes of `ask` from `peer`.

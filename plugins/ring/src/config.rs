@@ -94,6 +94,15 @@ pub struct FleetSection {
     /// origin link, not the fleet, is the bottleneck.
     #[serde(default = "default_max_owner_fills")]
     pub max_owner_fills: usize,
+    /// Pace of warmth hand-over pulls (a node joining, or taking over a draining node's
+    /// blocks), bytes per second. Default 134217728 (128 MiB/s): about a tenth of a 10 GbE
+    /// link, so a hand-over never crowds out client traffic.
+    #[serde(default = "default_handover_rate")]
+    pub handover_bytes_per_sec: u64,
+    /// Most blocks pulled from one giver per bucket in one hand-over. Default 8192 (16 GiB of
+    /// 2 MiB blocks): the hottest part of a node's cache; colder blocks move on demand.
+    #[serde(default = "default_handover_blocks")]
+    pub handover_max_blocks: usize,
 }
 
 fn default_capacity() -> u64 {
@@ -116,6 +125,12 @@ fn default_warm_window_ms() -> u64 {
 }
 fn default_max_owner_fills() -> usize {
     64
+}
+fn default_handover_rate() -> u64 {
+    128 << 20
+}
+fn default_handover_blocks() -> usize {
+    8192
 }
 
 /// A validated `fleet:` section.
@@ -151,6 +166,10 @@ pub struct FleetSettings {
     pub warm_window: Duration,
     /// Bounded load threshold.
     pub max_owner_fills: usize,
+    /// Hand-over pace, bytes per second.
+    pub handover_bytes_per_sec: u64,
+    /// Hand-over size, blocks per giver and bucket.
+    pub handover_max_blocks: usize,
 }
 
 fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
@@ -280,6 +299,8 @@ pub fn validate_with(
         peer_timeout: Duration::from_millis(s.peer_timeout_ms),
         warm_window: Duration::from_millis(s.warm_window_ms),
         max_owner_fills: s.max_owner_fills.max(1),
+        handover_bytes_per_sec: s.handover_bytes_per_sec.max(1),
+        handover_max_blocks: s.handover_max_blocks,
     })
 }
 

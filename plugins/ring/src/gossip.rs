@@ -8,11 +8,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
-use floe_core::fleet::Peer;
+use floe_core::fleet::{Peer, PeerRef};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use tokio::sync::mpsc;
 
 use crate::config::FleetSettings;
+use crate::handover;
 use crate::metrics;
 use crate::transport::HmacTransport;
 use crate::view::{Member, MemberState, Membership, View};
@@ -88,13 +90,18 @@ impl Gossip {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// Follows the live set into `membership` for as long as gossip runs.
-    pub async fn run(&self, membership: &Membership) {
+    /// Follows the live set into `membership` for as long as gossip runs; sends each member
+    /// to pull warm blocks from (see [`crate::handover::givers`]) on `givers`.
+    pub async fn run(&self, membership: &Membership, givers: mpsc::UnboundedSender<PeerRef>) {
         let mut watcher = self.handle.with_chitchat(|c| c.live_nodes_watcher()).await;
         loop {
             let view = to_view(&watcher.borrow_and_update());
             let members = view.members.len() as i64;
-            let moved = membership.publish(view);
+            let next = Arc::new(view);
+            let (moved, prev) = membership.publish_arc(next.clone());
+            for g in handover::givers(&prev, &next, membership.me(), membership.is_warming()) {
+                let _ = givers.send(g);
+            }
             metrics::with(|m| {
                 m.members.set(members);
                 m.owner_moves.inc_by(moved as u64);

@@ -21,6 +21,7 @@
 pub mod client;
 pub mod config;
 pub mod gossip;
+pub mod handover;
 pub mod hrw;
 pub mod metrics;
 pub mod plugin;

@@ -17,6 +17,8 @@ pub struct Metrics {
     /// `floe_fleet_gossip_messages_total{direction}`: authentic gossip datagrams sent and
     /// received (each round is a syn, a syn-ack and an ack between two nodes).
     pub gossip_messages: IntCounterVec,
+    /// `floe_fleet_handover_bytes_total`: bytes pulled from other nodes when ownership moved.
+    pub handover_bytes: IntCounter,
     /// `floe_peer_asks_total{kind, result}`: asks this node sent to owners.
     pub asks: IntCounterVec,
     /// `floe_peer_ask_seconds`: time until an owner's answer began.
@@ -52,6 +54,10 @@ impl Metrics {
                     "Authentic gossip datagrams sent and received",
                 ),
                 &["direction"],
+            )?),
+            handover_bytes: register(IntCounter::new(
+                "floe_fleet_handover_bytes_total",
+                "Bytes pulled from other nodes when ownership moved",
             )?),
             asks: register(IntCounterVec::new(
                 Opts::new("floe_peer_asks_total", "Asks sent to owner nodes"),

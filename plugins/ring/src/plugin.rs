@@ -2,6 +2,7 @@
 //! peer API run on a runtime of their own), and shares the [`Ring`] with the block cache as
 //! `Arc<dyn Fleet>`. It is not a route stage: routes list `blocks`, which finds the fleet.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -18,6 +19,7 @@ use pingora::services::ServiceWithDependents;
 use crate::client::PeerClient;
 use crate::config::{validate_with, FileSections, FleetSettings};
 use crate::gossip::{DrainOnShutdown, Gossip};
+use crate::handover::{Handover, Progress};
 use crate::server::{PeerApi, PeerListener, Servers};
 use crate::view::Membership;
 
@@ -94,7 +96,8 @@ impl Configured for RingConfig {
 pub struct Ring {
     me: Arc<str>,
     membership: Arc<Membership>,
-    client: PeerClient,
+    client: Arc<PeerClient>,
+    progress: Arc<Progress>,
     servers: Servers,
     gossip: Arc<Gossip>,
     listener: Arc<PeerListener>,
@@ -126,15 +129,28 @@ impl Ring {
                 .map_err(|e| format!("cannot start gossip on {}/udp: {e}", s.bind))?,
         );
         let membership = Arc::new(Membership::warming(me.clone(), s.warm_window).in_zone(&s.zone));
+        let client = Arc::new(PeerClient::new(secret, s.peer_timeout));
+        let progress = Arc::new(Progress::default());
+        let handover = Handover {
+            me: me.clone(),
+            client: client.clone(),
+            servers: servers.clone(),
+            bytes_per_sec: s.handover_bytes_per_sec,
+            max_blocks: s.handover_max_blocks,
+            progress: progress.clone(),
+        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(handover.run(rx));
         let (g, m) = (gossip.clone(), membership.clone());
-        tokio::spawn(async move { g.run(&m).await });
+        tokio::spawn(async move { g.run(&m, tx).await });
         let l = listener.clone();
         tokio::spawn(async move { l.serve().await });
         tracing::info!(node = %me, address = %s.peer_address, "joined the fleet");
         Ok(Arc::new(Ring {
             me,
             membership,
-            client: PeerClient::new(secret, s.peer_timeout),
+            client,
+            progress,
             servers,
             gossip,
             listener,
@@ -260,6 +276,12 @@ impl Ring {
             "draining": self.gossip.is_draining(),
             "peer_timeout_ms": self.settings.peer_timeout.as_millis() as u64,
             "listening": self.listener.is_bound(),
+            "handover": {
+                "runs": self.progress.runs.load(Ordering::Relaxed),
+                "blocks": self.progress.blocks.load(Ordering::Relaxed),
+                "bytes": self.progress.bytes.load(Ordering::Relaxed),
+                "failed": self.progress.failed.load(Ordering::Relaxed),
+            },
             "members": members,
         })
     }

@@ -132,6 +132,13 @@ impl PeerApi {
         }
         let q = query(req.uri().query().unwrap_or(""));
         let get = |k: &str| q.get(k).map_or("", String::as_str).to_owned();
+        if req.uri().path() == "/v1/hot" {
+            return self.hot(
+                &get("bucket"),
+                &get("node"),
+                get("limit").parse().unwrap_or(0),
+            );
+        }
         let server = self
             .servers
             .read()
@@ -156,6 +163,24 @@ impl PeerApi {
             },
             "/v1/blocks" => self.blocks(&*server, &key, &q).await,
             _ => fail("any", &PeerError::Refused("no such path".into())),
+        }
+    }
+
+    fn hot(&self, bucket: &str, node: &str, limit: usize) -> Response<ChannelBody> {
+        let server = self
+            .servers
+            .read()
+            .ok()
+            .and_then(|s| s.get(bucket).cloned());
+        let Some(server) = server else {
+            return fail("hot", &PeerError::NotFound);
+        };
+        match serde_json::to_vec(&server.hot(node, limit.min(1 << 16))) {
+            Ok(doc) => {
+                metrics::with(|m| m.served.with_label_values(&["hot", "ok"]).inc());
+                answer(200, Bytes::from(doc))
+            }
+            Err(e) => fail("hot", &PeerError::Unavailable(e.to_string())),
         }
     }
 

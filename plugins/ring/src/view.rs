@@ -153,18 +153,29 @@ impl Membership {
         self.view.load()
     }
 
-    /// Publishes a new view; returns how many of `probe` blocks changed owner (a sample for the
-    /// owner-moves metric).
-    pub fn publish(&self, next: View) -> usize {
-        let before = self.view.swap(Arc::new(next));
+    /// Whether this node is still in its warming window.
+    pub fn is_warming(&self) -> bool {
+        self.joined.elapsed() < self.warm
+    }
+
+    /// Publishes a new view; returns how many of 64 probe blocks changed owner (a sample for
+    /// the owner-moves metric) and the view it replaced.
+    pub fn publish(&self, next: View) -> (usize, Arc<View>) {
+        self.publish_arc(Arc::new(next))
+    }
+
+    /// As [`Membership::publish`], for a shared view.
+    pub fn publish_arc(&self, next: Arc<View>) -> (usize, Arc<View>) {
+        let before = self.view.swap(next);
         let after = self.view.load();
-        (0..64u64)
+        let moved = (0..64u64)
             .filter(|i| {
                 let a = before.owner("", "probe", *i, "").map(|m| &m.peer.id);
                 let b = after.owner("", "probe", *i, "").map(|m| &m.peer.id);
                 a != b
             })
-            .count()
+            .count();
+        (moved, before)
     }
 
     /// See [`floe_core::fleet::Fleet::donors`].
