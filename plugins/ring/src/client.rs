@@ -119,25 +119,9 @@ impl PeerClient {
     }
 
     async fn head_inner(&self, peer: &Peer, path: &str) -> Result<ObjectHead, PeerError> {
-        let (mut s, hp, status) = self.get(peer, path, self.timeout * 4).await?;
-        if status != 200 {
-            self.connector.release_http_session(s, &hp, IDLE).await;
-            return Err(Self::status_error(status));
-        }
-        let mut doc = Vec::new();
-        let read = async {
-            while let Some(b) = s.read_response_body().await.map_err(unavailable)? {
-                doc.extend_from_slice(&b);
-                if doc.len() > MAX_HEAD_DOC {
-                    return Err(unavailable("head document too large"));
-                }
-            }
-            Ok(())
-        };
-        tokio::time::timeout(self.timeout * 4, read)
-            .await
-            .map_err(|_| unavailable("head document timed out"))??;
-        self.connector.release_http_session(s, &hp, IDLE).await;
+        let doc = self
+            .document(peer, path, MAX_HEAD_DOC, self.timeout * 4)
+            .await?;
         serde_json::from_slice::<HeadDoc>(&doc)
             .ok()
             .and_then(HeadDoc::into_head)
@@ -157,7 +141,21 @@ impl PeerClient {
             enc(bucket),
             enc(node)
         );
-        let (mut s, hp, status) = self.get(peer, &path, self.timeout * 4).await?;
+        let doc = self
+            .document(peer, &path, 64 << 20, self.timeout * 20)
+            .await?;
+        serde_json::from_slice(&doc).map_err(|e| unavailable(format!("unreadable hot list: {e}")))
+    }
+
+    /// The body of a 200 answer to `GET path`, at most `max` bytes, read within `wait`.
+    async fn document(
+        &self,
+        peer: &Peer,
+        path: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<u8>, PeerError> {
+        let (mut s, hp, status) = self.get(peer, path, self.timeout * 4).await?;
         if status != 200 {
             self.connector.release_http_session(s, &hp, IDLE).await;
             return Err(Self::status_error(status));
@@ -166,17 +164,17 @@ impl PeerClient {
         let read = async {
             while let Some(b) = s.read_response_body().await.map_err(unavailable)? {
                 doc.extend_from_slice(&b);
-                if doc.len() > 64 << 20 {
-                    return Err(unavailable("hot list too large"));
+                if doc.len() > max {
+                    return Err(unavailable("answer too large"));
                 }
             }
             Ok(())
         };
-        tokio::time::timeout(self.timeout * 20, read)
+        tokio::time::timeout(wait, read)
             .await
-            .map_err(|_| unavailable("hot list timed out"))??;
+            .map_err(|_| unavailable("answer timed out"))??;
         self.connector.release_http_session(s, &hp, IDLE).await;
-        serde_json::from_slice(&doc).map_err(|e| unavailable(format!("unreadable hot list: {e}")))
+        Ok(doc)
     }
 
     /// The bytes of `ask` from `peer`.
