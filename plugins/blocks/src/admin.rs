@@ -122,12 +122,8 @@ impl BlocksAdmin {
             Ok(a) => a,
             Err(r) => return r,
         };
-        let warmed = if req.param("replica") == "0" {
-            filter.warm_owners(&b, &k, span, store).await
-        } else {
-            filter.warm(&b, &k, span, store).await
-        };
-        match warmed {
+        let replica = req.param("replica") != "0";
+        match filter.warm(&b, &k, span, store, replica).await {
             Ok(bytes) => AdminResponse::doc(200, &wire::WarmDoc { bytes }),
             Err(e) => AdminResponse::error(op_status(&e), e),
         }

@@ -163,7 +163,7 @@ impl BlockFilter {
         }
         self.cache
             .touch_blocks(&self.bucket_key, &key.shared(), &map);
-        self.warm(bucket, key, ReadSpan::Whole, None).await
+        self.warm(bucket, key, ReadSpan::Whole, None, true).await
     }
 
     async fn mapping(
@@ -180,31 +180,18 @@ impl BlockFilter {
             .ok_or(OpError::NotFound)
     }
 
-    /// Reads `span` of `key` into the cache, in the store `force` names (metadata or data) or
-    /// as classified. Returns the bytes of the blocks warmed (whole blocks).
+    /// Warms `span` of `key` (whole blocks), forcing the store when `force` is set; `replica`
+    /// false: in a fleet only the blocks' owners keep them (the control plane's data prefetch),
+    /// this node keeps no copy of what they send. Returns the bytes warmed.
     pub async fn warm(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
         span: ReadSpan,
         force: Option<Store>,
+        replica: bool,
     ) -> Result<u64, OpError> {
-        self.blocks(bucket, key, span, force, (false, true))
-            .await
-            .map(|(n, _)| n)
-    }
-
-    /// As [`BlockFilter::warm`], for the blocks' owners only: in a fleet the owners fill and
-    /// keep them, this node keeps no copy of what they send (the control plane's data
-    /// prefetch). One node: as `warm`.
-    pub async fn warm_owners(
-        &self,
-        bucket: &BucketName,
-        key: &ObjectKey,
-        span: ReadSpan,
-        force: Option<Store>,
-    ) -> Result<u64, OpError> {
-        self.blocks(bucket, key, span, force, (false, false))
+        self.blocks(bucket, key, span, force, (false, replica))
             .await
             .map(|(n, _)| n)
     }
