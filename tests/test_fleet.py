@@ -2,6 +2,7 @@
 killed or cut off or drained under load without a failed read, version-atomic answers under
 overwrites, and gossip that outsiders cannot change."""
 import concurrent.futures
+import contextlib
 import os
 import random
 import shutil
@@ -165,26 +166,7 @@ def test_a_node_killed_under_load_fails_no_read_and_leaves_the_view_within_three
     for k, b in blobs.items():
         direct.put_object(Bucket=BUCKET, Key=k, Body=b)
     victim, survivors = nodes[2], nodes[:2]
-    stop = threading.Event()
-    failures, reads = [], [0]
-
-    def load(i):
-        rnd = random.Random(i)
-        while not stop.is_set():
-            k = rnd.choice(keys)
-            nd = survivors[i % 2]
-            try:
-                r = get(nd.port, k)
-                if r.status != 200 or r.data != blobs[k]:
-                    failures.append((nd.name, k, r.status))
-            except Exception as e:  # noqa: BLE001
-                failures.append((nd.name, k, repr(e)))
-            reads[0] += 1
-
-    threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    try:
+    with steady_reads([survivors], keys, blobs, 8) as (failures, reads):
         wait_until("steady load", lambda: reads[0] >= 40)
         victim.kill()
         killed = time.monotonic()
@@ -193,10 +175,6 @@ def test_a_node_killed_under_load_fails_no_read_and_leaves_the_view_within_three
         gone = time.monotonic() - killed
         at_kill = reads[0]
         wait_until("load after the kill", lambda: reads[0] >= at_kill + 40)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
     assert failures == []
     print(f"dead node left the view after {gone:.2f} s; {reads[0]} reads")
     assert gone <= 3.0, f"the dead node left the view after {gone:.2f} s"
@@ -223,6 +201,23 @@ def _steady_reads(targets, keys, blobs, stop, failures, reads, seed):
         reads[0] += 1
 
 
+@contextlib.contextmanager
+def steady_reads(targets, keys, blobs, clients=6):
+    """`clients` threads of _steady_reads while the block runs; yields (failures, reads)."""
+    stop = threading.Event()
+    failures, reads = [], [0]
+    threads = [threading.Thread(target=_steady_reads, args=(targets, keys, blobs, stop, failures, reads, i))
+               for i in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        yield failures, reads
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
 def test_a_drain_under_load_fails_no_read_and_causes_no_cold_miss(fleet, direct):
     nodes, relay, _ = fleet
     leaving, staying = nodes[2], nodes[:2]
@@ -232,13 +227,7 @@ def test_a_drain_under_load_fails_no_read_and_causes_no_cold_miss(fleet, direct)
         direct.put_object(Bucket=BUCKET, Key=k, Body=b)
     # Clients read through the leaving node; the blocks it owns are nowhere else.
     targets = [[leaving]]
-    stop = threading.Event()
-    failures, reads = [], [0]
-    threads = [threading.Thread(target=_steady_reads, args=(targets, keys, blobs, stop, failures, reads, i))
-               for i in range(6)]
-    for t in threads:
-        t.start()
-    try:
+    with steady_reads(targets, keys, blobs) as (failures, reads):
         wait_until("steady load", lambda: reads[0] >= 60)
         gets = relay.count("GET")
         nlines = len(relay.lines)
@@ -248,10 +237,6 @@ def test_a_drain_under_load_fails_no_read_and_causes_no_cold_miss(fleet, direct)
         targets[0] = staying  # the load balancer moves the draining node's clients
         at_drain = reads[0]
         wait_until("load after the drain", lambda: reads[0] >= at_drain + 60)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
     assert failures == []
     assert relay.count("GET") - gets == 0, f"the drain caused origin fills: {relay.lines[nlines:]}"
     donated = leaving.metric('floe_peer_served_total{kind="blocks",result="hit"}')
