@@ -39,8 +39,8 @@ fleet:
   peer_address: {peer_host}:{peer}
   seeds: [{seeds}]
   secret_env: FLOE_FLEET_SECRET
-  gossip_interval_ms: 100
   peer_timeout_ms: 300
+{extra_fleet}
 """
 
 
@@ -50,7 +50,8 @@ class Node:
     127.0.0.1); `netns` runs it inside a network namespace."""
 
     def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1,
-                 host="127.0.0.1", peer_host="127.0.0.1", origin_host="127.0.0.1", netns=None):
+                 host="127.0.0.1", peer_host="127.0.0.1", origin_host="127.0.0.1", netns=None,
+                 extra_fleet=""):
         self.name = name
         self.host = host
         self.peer_port = peer_port
@@ -62,7 +63,8 @@ class Node:
             port=self.port, mport=self.mport, aport=self.aport, relay=relay_port, bucket=BUCKET,
             c1=CLIENT[0], s1=CLIENT[1], cache=d / "cache", token=ADMIN_TOKEN, node_id=name,
             peer=peer_port, seeds=", ".join(s if isinstance(s, str) else f"127.0.0.1:{s}" for s in seeds),
-            grace=grace, host=host, peer_host=peer_host, origin_host=origin_host))
+            grace=grace, host=host, peer_host=peer_host, origin_host=origin_host,
+            extra_fleet=extra_fleet))
         env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, FLOE_FLEET_SECRET=secret)
         args = [str(FLOE_BIN), "--config", str(conf)]
         if netns:
@@ -116,6 +118,7 @@ def wait_until(what, check, timeout=20.0):
 
 
 def start_fleet(tmp, relay_port, n=3, **kw):
+    """`n` nodes seeded with each other, once each sees all of them."""
     peers = [free_port() for _ in range(n)]
     nodes = [Node(tmp, f"floe-{i}", relay_port, peers[i], [p for p in peers if p != peers[i]], **kw)
              for i in range(n)]

@@ -388,3 +388,28 @@ def test_a_drained_node_hands_its_blocks_over_before_it_exits(fleet, direct):
         assert relay.count("GET") - gets == 0, relay.lines[nlines:]
     finally:
         giver.stop()
+
+
+def test_the_peer_api_over_tls(minio, direct, tmp_path):
+    from fleet import start_fleet
+    from tls_relay import make_ca
+    ca, cert, key = make_ca(tmp_path)
+    relay = Relay(minio.port)
+    nodes = start_fleet(tmp_path, relay.port, n=2, extra_fleet=f"  tls: {{cert: {cert}, key: {key}, ca: {ca}}}")
+    try:
+        keys = [f"fleet/tls/data/0000{i}-0-h.parquet" for i in range(6)]
+        blobs = {k: os.urandom(MiB + i) for i, k in enumerate(keys)}
+        for k, b in blobs.items():
+            direct.put_object(Bucket=BUCKET, Key=k, Body=b)
+        labels = []
+        for nd in nodes:
+            for k in keys:
+                r = get(nd.port, k)
+                assert r.status == 200 and r.data == blobs[k]
+                labels.append(r.headers["x-floe-cache"])
+        assert {"hit-peer", "fill-peer"} & set(labels), labels
+        assert origin_gets(relay, "fleet/tls/") == len(keys)  # one fill per block, fleet-wide
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()

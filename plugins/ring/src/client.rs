@@ -13,6 +13,7 @@ use bytes::Bytes;
 use floe_core::fleet::{BlockAsk, HotBlock, Peer, PeerBody, PeerError, PeerSource};
 use floe_core::{ByteStream, ETag, ObjectHead, OriginError};
 use pingora::connectors::http::Connector;
+use pingora::connectors::ConnectorOptions;
 use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
@@ -29,6 +30,7 @@ pub struct PeerClient {
     connector: Arc<Connector>,
     secret: Arc<Vec<u8>>,
     timeout: Duration,
+    tls: bool,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> PeerError {
@@ -36,12 +38,18 @@ fn unavailable(e: impl std::fmt::Display) -> PeerError {
 }
 
 impl PeerClient {
-    /// A client authenticating with `secret`, waiting `timeout` for a peer to answer.
-    pub fn new(secret: Arc<Vec<u8>>, timeout: Duration) -> Self {
+    /// A client authenticating with `secret`, waiting `timeout` for a peer to answer; over
+    /// TLS trusting the CA in file `ca` when it is set.
+    pub fn new(secret: Arc<Vec<u8>>, timeout: Duration, ca: Option<&str>) -> Self {
+        let opts = ca.map(|ca| ConnectorOptions {
+            ca_file: Some(ca.to_owned()),
+            ..ConnectorOptions::new(128)
+        });
         Self {
-            connector: Arc::new(Connector::new(None)),
+            connector: Arc::new(Connector::new(opts)),
             secret,
             timeout,
+            tls: ca.is_some(),
         }
     }
 
@@ -65,7 +73,9 @@ impl PeerClient {
     ) -> Result<(HttpSession, HttpPeer, u16), PeerError> {
         let work = async {
             let addr = Self::resolve(&peer.addr).await?;
-            let hp = HttpPeer::new(addr, false, String::new());
+            // The certificate must name the host of the peer's address (an IP or a DNS name).
+            let host = peer.addr.rsplit_once(':').map_or("", |(h, _)| h);
+            let hp = HttpPeer::new(addr, self.tls, host.trim_matches(['[', ']']).to_owned());
             let mut req =
                 RequestHeader::build("GET", path.as_bytes(), None).map_err(unavailable)?;
             req.insert_header(AUTH, sign(&self.secret, "GET", path))

@@ -103,6 +103,34 @@ pub struct FleetSection {
     /// 2 MiB blocks): the hottest part of a node's cache; colder blocks move on demand.
     #[serde(default = "default_handover_blocks")]
     pub handover_max_blocks: usize,
+    /// TLS for the peer API (gossip stays HMAC-authenticated UDP). Default none: plain HTTP,
+    /// authenticated by the fleet secret; set it when the peer network is not private.
+    #[serde(default)]
+    pub tls: Option<PeerTlsSection>,
+}
+
+/// `fleet.tls`: every node serves the peer API with `cert`/`key` and trusts peers signed by
+/// `ca` (their certificates must name the host of their `peer_address`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerTlsSection {
+    /// PEM certificate chain.
+    pub cert: String,
+    /// PEM private key.
+    pub key: String,
+    /// PEM of the CA that signs the fleet's certificates.
+    pub ca: String,
+}
+
+/// Validated peer TLS files.
+#[derive(Debug, Clone)]
+pub struct PeerTls {
+    /// Certificate chain path.
+    pub cert: String,
+    /// Key path.
+    pub key: String,
+    /// CA path.
+    pub ca: String,
 }
 
 fn default_capacity() -> u64 {
@@ -170,6 +198,8 @@ pub struct FleetSettings {
     pub handover_bytes_per_sec: u64,
     /// Hand-over size, blocks per giver and bucket.
     pub handover_max_blocks: usize,
+    /// Peer API TLS.
+    pub tls: Option<PeerTls>,
 }
 
 fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
@@ -301,6 +331,20 @@ pub fn validate_with(
         max_owner_fills: s.max_owner_fills.max(1),
         handover_bytes_per_sec: s.handover_bytes_per_sec.max(1),
         handover_max_blocks: s.handover_max_blocks,
+        tls: match &s.tls {
+            None => None,
+            Some(t) => {
+                for (k, path) in [("cert", &t.cert), ("key", &t.key), ("ca", &t.ca)] {
+                    std::fs::metadata(path)
+                        .map_err(|e| cx.err(format!("fleet.tls.{k}"), format!("{path}: {e}")))?;
+                }
+                Some(PeerTls {
+                    cert: t.cert.clone(),
+                    key: t.key.clone(),
+                    ca: t.ca.clone(),
+                })
+            }
+        },
     })
 }
 
@@ -377,6 +421,7 @@ mod tests {
             ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, seeds: [x]}", "fleet.seeds[0]"),
             ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, dns: svc}", "fleet.dns"),
             ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, capacity_bytes: 0}", "fleet.capacity_bytes"),
+            ("fleet: {node_id: a, peer_address: '127.0.0.1:1', secret_env: SECRET, tls: {cert: /nonexistent.pem, key: /k, ca: /c}}", "fleet.tls.cert"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err();

@@ -26,6 +26,7 @@ pub mod hrw;
 pub mod metrics;
 pub mod plugin;
 pub mod server;
+pub mod tls;
 pub mod transport;
 pub mod view;
 pub mod wire;

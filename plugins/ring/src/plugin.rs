@@ -122,6 +122,10 @@ impl Ring {
                 fills: Arc::default(),
                 max_fills: s.max_owner_fills,
             }),
+            tls: match &s.tls {
+                Some(t) => Some(crate::tls::acceptor(t)?),
+                None => None,
+            },
         });
         let gossip = Arc::new(
             Gossip::start(&s)
@@ -129,7 +133,8 @@ impl Ring {
                 .map_err(|e| format!("cannot start gossip on {}/udp: {e}", s.bind))?,
         );
         let membership = Arc::new(Membership::warming(me.clone(), s.warm_window).in_zone(&s.zone));
-        let client = Arc::new(PeerClient::new(secret, s.peer_timeout));
+        let ca = s.tls.as_ref().map(|t| t.ca.as_str());
+        let client = Arc::new(PeerClient::new(secret, s.peer_timeout, ca));
         let progress = Arc::new(Progress::default());
         let handover = Handover {
             me: me.clone(),

@@ -22,6 +22,9 @@ use tokio::sync::mpsc;
 use crate::metrics;
 use crate::wire::{verify, HeadDoc, AUTH, NODE, SOURCE};
 
+/// Longest a peer's TLS handshake may take.
+const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Peer servers by bucket.
 pub type Servers = Arc<RwLock<HashMap<String, Arc<dyn PeerServer>>>>;
 
@@ -272,6 +275,25 @@ pub struct PeerListener {
     pub listener: std::sync::Mutex<Option<TcpListener>>,
     /// The API.
     pub api: Arc<PeerApi>,
+    /// TLS, when `fleet.tls` is set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// Serves one connection's requests.
+async fn serve_conn<I>(io: I, api: Arc<PeerApi>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let api = api.clone();
+        async move { Ok::<_, Infallible>(api.handle(req).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), svc)
+        .await
+    {
+        tracing::debug!(error = %e, "peer API connection ended");
+    }
 }
 
 impl PeerListener {
@@ -295,16 +317,16 @@ impl PeerListener {
             };
             let _ = stream.set_nodelay(true);
             let api = self.api.clone();
+            let tls = self.tls.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let api = api.clone();
-                    async move { Ok::<_, Infallible>(api.handle(req).await) }
-                });
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await
-                {
-                    tracing::debug!(error = %e, "peer API connection ended");
+                let Some(acceptor) = tls else {
+                    return serve_conn(stream, api).await;
+                };
+                let handshake = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await;
+                match handshake {
+                    Ok(Ok(s)) => serve_conn(s, api).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, "peer TLS handshake failed"),
+                    Err(_) => tracing::debug!("peer TLS handshake timed out"),
                 }
             });
         }
