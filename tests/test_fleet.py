@@ -413,3 +413,31 @@ def test_the_peer_api_over_tls(minio, direct, tmp_path):
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def test_a_busy_owner_hands_fills_to_the_next_choice(minio, direct, tmp_path):
+    from fleet import start_fleet
+    relay = Relay(minio.port)
+    relay.delay = 0.2  # slow origin: the owner's fills pile up
+    nodes = start_fleet(tmp_path, relay.port, n=2, extra_fleet="  max_owner_fills: 1")
+    try:
+        keys = [f"fleet/busy/data/000{i:02d}-0-i.parquet" for i in range(16)]
+        blobs = {k: os.urandom(MiB + i) for i, k in enumerate(keys)}
+        for k, b in blobs.items():
+            direct.put_object(Bucket=BUCKET, Key=k, Body=b)
+        barrier = threading.Barrier(len(keys))
+
+        def one(k):
+            barrier.wait()
+            return get(nodes[0].port, k)
+
+        with concurrent.futures.ThreadPoolExecutor(len(keys)) as ex:
+            results = list(ex.map(one, keys))
+        assert all(r.status == 200 and r.data == blobs[k] for r, k in zip(results, keys))
+        busy = nodes[0].metric('floe_peer_asks_total{kind="blocks",result="busy"}')
+        refused = nodes[1].metric('floe_peer_served_total{kind="blocks",result="busy"}')
+        assert busy > 0 and refused > 0, (busy, refused)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
