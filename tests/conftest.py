@@ -136,6 +136,11 @@ routes:
     clients:
       - access_key: {c1}
         secret_key: {s1}
+  - bucket: floe-not-at-origin  # routed, but the origin has no such bucket
+    origin: minio
+    clients:
+      - access_key: {c1}
+        secret_key: {s1}
   - bucket: {public}
     origin: minio
     anonymous: true

@@ -4,6 +4,7 @@
 //! Usage: `floe-proxy --config conf/quickstart.yaml` or `floe-proxy check conf/x.yaml`.
 
 mod admin;
+mod bucket_list;
 mod catalog;
 mod catalog_index;
 mod catalog_mode;

@@ -190,6 +190,8 @@ impl Origin {
         payload: &UpstreamPayload,
     ) -> Result<(), SignError> {
         let (host, path) = match self.addressing {
+            // The service itself (ListBuckets).
+            _ if bucket.is_empty() => (self.host.clone(), "/".to_owned()),
             Addressing::Path if raw_key.is_empty() => (self.host.clone(), format!("/{bucket}")),
             Addressing::Path => (self.host.clone(), format!("/{bucket}/{raw_key}")),
             Addressing::Virtual => (format!("{bucket}.{}", self.host), format!("/{raw_key}")),

@@ -54,16 +54,20 @@ pub async fn error(
 pub async fn list_buckets(
     session: &mut Session,
     id: RequestId,
-    buckets: &[&BucketName],
+    buckets: &[(BucketName, String)],
     owner: &str,
 ) -> pingora::Result<u16> {
     let mut body = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListAllMyBucketsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
     body.push_str(&format!(
         "<Owner><ID>{owner}</ID><DisplayName>{owner}</DisplayName></Owner><Buckets>"
     ));
-    for b in buckets {
-        // Bucket names are validated to [a-z0-9.-], so they need no escaping.
-        body.push_str(&format!("<Bucket><Name>{b}</Name><CreationDate>2024-01-01T00:00:00.000Z</CreationDate></Bucket>"));
+    for (b, date) in buckets {
+        // Bucket names are validated to [a-z0-9.-], so they need no escaping; the date is the
+        // origin's, escaped in case it is not the ISO form S3 sends.
+        let date = quick_xml::escape::escape(date.as_str());
+        body.push_str(&format!(
+            "<Bucket><Name>{b}</Name><CreationDate>{date}</CreationDate></Bucket>"
+        ));
     }
     body.push_str("</Buckets></ListAllMyBucketsResult>");
     let mut resp = ResponseHeader::build(200, Some(4))?;

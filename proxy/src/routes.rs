@@ -40,6 +40,8 @@ pub struct RouteTable {
     hostnames: Vec<String>,
     /// The authentication stage over all client keys.
     pub any_client: Arc<dyn RequestFilter>,
+    /// Origins' bucket lists (ListBuckets).
+    pub origin_buckets: crate::bucket_list::OriginBuckets,
 }
 
 impl RouteTable {
@@ -93,6 +95,7 @@ impl RouteTable {
             routes,
             hostnames: hostnames.to_vec(),
             any_client,
+            origin_buckets: Default::default(),
         })
     }
 
@@ -102,15 +105,31 @@ impl RouteTable {
     }
 
     /// Buckets whose route accepts `access_key`, sorted.
-    pub fn buckets_for(&self, access_key: &str) -> Vec<&BucketName> {
-        let mut v: Vec<&BucketName> = self
+    pub fn routes_for(&self, access_key: &str) -> Vec<&Arc<Route>> {
+        let mut v: Vec<&Arc<Route>> = self
             .routes
             .values()
             .filter(|r| r.clients.contains(access_key))
-            .map(|r| &r.bucket)
             .collect();
-        v.sort();
+        v.sort_by(|a, b| a.bucket.cmp(&b.bucket));
         v
+    }
+
+    /// The caller's routed buckets that exist at their origins, with the origins' creation
+    /// dates, sorted by name. An origin that cannot be asked fails the listing (a list that
+    /// names missing buckets, or drops existing ones, misleads the tools that walk it).
+    pub async fn listed_buckets(
+        &self,
+        access_key: &str,
+    ) -> Result<Vec<(BucketName, String)>, String> {
+        let mut out = Vec::new();
+        for r in self.routes_for(access_key) {
+            let at_origin = self.origin_buckets.of(&r.origin).await?;
+            if let Some((_, date)) = at_origin.iter().find(|(n, _)| n == r.bucket.as_str()) {
+                out.push((r.bucket.clone(), date.clone()));
+            }
+        }
+        Ok(out)
     }
 
     /// Splits a request into bucket and raw key by Host (virtual host) or path.

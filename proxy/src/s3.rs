@@ -71,7 +71,13 @@ impl S3Mode {
                 .await?;
             if ctx.f.op == S3Op::ListBuckets {
                 let key = scratch.access_key.unwrap_or_default();
-                let buckets = self.table.buckets_for(&key);
+                let buckets = self.table.listed_buckets(&key).await.map_err(|e| {
+                    S3Error::new(
+                        S3ErrorCode::ServiceUnavailable,
+                        "The origin could not list its buckets. Please try again.",
+                    )
+                    .caused_by(std::io::Error::other(e))
+                })?;
                 ctx.status = respond::list_buckets(session, ctx.f.request_id, &buckets, &key)
                     .await
                     .map_err(|e| S3Error::new(S3ErrorCode::InternalError, e.to_string()))?;
