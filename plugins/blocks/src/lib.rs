@@ -31,6 +31,7 @@ mod reader;
 mod resolve;
 mod serve;
 mod sketch;
+mod sources;
 mod store;
 mod tap;
 mod target;
