@@ -299,10 +299,16 @@ impl BlockReader {
             .1
             .min(index + self.cache.settings.max_run_blocks - 1);
         let mut theirs = None;
+        // The run's source, computed once: every block of the run shares it.
+        let source = if self.fleet.is_some() {
+            self.source_of(index)
+        } else {
+            None
+        };
         for j in index + 1..=last {
             let kj = self.key(j);
             let sj = self.store(j);
-            if !self.together(j - 1, j) || self.cache.contains(&kj, sj) {
+            if !self.joins_run(&source, j) || self.cache.contains(&kj, sj) {
                 break;
             }
             if sj == Store::Data {

@@ -56,18 +56,21 @@ impl BlockReader {
         )
     }
 
-    /// Whether blocks `prev` and `next` may share one fetch: same placement, same owner.
-    pub(crate) fn together(&self, prev: u64, next: u64) -> bool {
-        if !self.cache.run_split.together(&self.target, prev, next) {
-            return false;
-        }
-        // An owner's blocks and a donor's never share an ask: a donor answers only what it
-        // holds, and the owner must fill (and keep) its own.
-        let id = |i| match self.owner(i) {
+    /// Who a fetch of block `index` asks first: its owner (`false`) or its first donor
+    /// (`true`); `None` for the origin. An owner's blocks and a donor's never share an ask: a
+    /// donor answers only what it holds, and the owner must fill (and keep) its own.
+    pub(crate) fn source_of(&self, index: u64) -> Option<(Arc<str>, bool)> {
+        match self.owner(index) {
             Some((_, p)) => Some((p.id.clone(), false)),
-            None => self.donors(i).first().map(|p| (p.id.clone(), true)),
-        };
-        self.fleet.is_none() || id(prev) == id(next)
+            None => self.donors(index).first().map(|p| (p.id.clone(), true)),
+        }
+    }
+
+    /// Whether block `next` may join a run that began at a block asking `first` (see
+    /// [`BlockReader::source_of`]) and ends at `next - 1`: same placement, same source.
+    pub(crate) fn joins_run(&self, first: &Option<(Arc<str>, bool)>, next: u64) -> bool {
+        self.cache.run_split.together(&self.target, next - 1, next)
+            && (self.fleet.is_none() || self.source_of(next) == *first)
     }
 
     /// With a fleet: starts the response's first fetch before its header is sent, so the
