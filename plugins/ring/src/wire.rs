@@ -49,11 +49,7 @@ fn mac(secret: &[u8], secs: u64, method: &str, path: &str) -> String {
         return String::new();
     };
     m.update(format!("{secs}\n{method}\n{path}").as_bytes());
-    hex_lower(&m.finalize().into_bytes())
-}
-
-fn hex_lower(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(m.finalize().into_bytes())
 }
 
 /// The auth header value for a request.
