@@ -45,16 +45,12 @@ impl Nodes {
     }
 }
 
-/// A node index for `key` among `n` nodes (stable, spread by key).
+/// A node index for `key` among `n` nodes, spread by key (the same within one process, which
+/// is all prefetch needs: any node routes blocks to their owners).
 pub fn pick(key: &str, n: usize) -> usize {
-    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    if n == 0 {
-        0
-    } else {
-        (h % n as u64) as usize
-    }
+    use std::hash::BuildHasher;
+    let h = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(key);
+    (h % n.max(1) as u64) as usize
 }
 
 /// Asks the nodes (current, then configured) for their fleet's membership; publishes it when
