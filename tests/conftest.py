@@ -55,11 +55,11 @@ def s3_client(port, key=CLIENT[0], secret=CLIENT[1], **cfg):
 
 
 class Proc:
-    def __init__(self, args, env, log, port, what):
+    def __init__(self, args, env, log, port, what, host="127.0.0.1"):
         self.log = log
         self.port = port
         self.proc = subprocess.Popen(args, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-        wait_port(port, self.proc, what)
+        wait_port(port, self.proc, what, host=host)
 
     def stop(self):
         self.proc.terminate()

@@ -3,7 +3,6 @@ and metrics listener, gossiping with the others through one counting relay to Mi
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 
@@ -69,13 +68,8 @@ class Node:
         args = [str(FLOE_BIN), "--config", str(conf)]
         if netns:
             args = ["ip", "netns", "exec", netns] + args
-        self.proc = Proc.__new__(Proc)
-        self.proc.log = d / "floe.log"
-        self.proc.port = self.port
-        self.proc.proc = subprocess.Popen(args, env=env, stdout=open(d / "floe.log", "wb"),
-                                          stderr=subprocess.STDOUT)
-        for port in (self.port, self.aport):
-            wait_port(port, self.proc.proc, name, host=host)
+        self.proc = Proc(args, env, d / "floe.log", self.port, name, host=host)
+        wait_port(self.aport, self.proc.proc, f"{name} admin", host=host)
 
     def admin(self, method, path):
         req = urllib.request.Request(f"http://{self.host}:{self.aport}{path}", method=method,
