@@ -4,8 +4,9 @@
 //! rate, only what the giver holds (never the origin). Until a block is pulled, a miss on it
 //! still asks the giver first (the donor path), so nothing waits on the hand-over.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floe_core::fleet::{PeerRef, PeerServer};
@@ -27,6 +28,31 @@ pub struct Progress {
     pub bytes: AtomicU64,
     /// Blocks the giver no longer held, or that failed.
     pub failed: AtomicU64,
+    /// The last givers whose hand-over finished, oldest first.
+    pub givers: Mutex<VecDeque<String>>,
+}
+
+/// Givers `Progress` remembers.
+const GIVERS_KEPT: usize = 16;
+
+impl Progress {
+    /// The last givers whose hand-over finished.
+    pub fn givers(&self) -> Vec<String> {
+        self.givers
+            .lock()
+            .map(|g| g.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn finished(&self, giver: &str) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut g) = self.givers.lock() {
+            g.push_back(giver.to_owned());
+            while g.len() > GIVERS_KEPT {
+                g.pop_front();
+            }
+        }
+    }
 }
 
 /// The members to pull from after the view went from `prev` to `next`: a member that began
@@ -83,7 +109,7 @@ impl Handover {
             for (bucket, server) in servers {
                 self.pull_bucket(&from, &bucket, &*server).await;
             }
-            self.progress.runs.fetch_add(1, Ordering::Relaxed);
+            self.progress.finished(&from.id);
         }
     }
 

@@ -286,6 +286,7 @@ impl Ring {
                 "blocks": self.progress.blocks.load(Ordering::Relaxed),
                 "bytes": self.progress.bytes.load(Ordering::Relaxed),
                 "failed": self.progress.failed.load(Ordering::Relaxed),
+                "givers": self.progress.givers(),
             },
             "members": members,
         })
