@@ -121,9 +121,11 @@ def stack(minio, relay, tmp_path_factory):
     writer = iceberg(rest_port, minio.port, ORIGIN_KEY, ORIGIN_SECRET)
     reader = iceberg(rest_port, floe.port, *CLIENT)
     writer.create_namespace_if_not_exists(NS)
-    yield dict(tmp=tmp, rest=rest, rest_port=rest_port, floe=floe, ctl=ctl, writer=writer,
-               reader=reader, rest_relay=rest_relay)
-    for p in (ctl, floe, rest):
+    stack = dict(tmp=tmp, rest=rest, rest_port=rest_port, floe=floe, ctl=ctl, writer=writer,
+                 reader=reader, rest_relay=rest_relay)
+    yield stack
+    # The outage test replaces stack["rest"] with a restarted catalog: stop that one.
+    for p in (ctl, floe, stack["rest"]):
         p.stop()
 
 
