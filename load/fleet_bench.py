@@ -9,6 +9,7 @@ Run with load/bench.sh (after bench.py), or alone once bench.sh has installed ev
 """
 import concurrent.futures
 import os
+import shutil
 import pathlib
 import platform
 import random
@@ -143,6 +144,7 @@ def main():
             nd.stop()
         toxi.stop()
         minio.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # each node's cache files, a GiB or more
     report(lat, tp)
 
 

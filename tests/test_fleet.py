@@ -386,7 +386,8 @@ def test_a_drained_node_hands_its_blocks_over_before_it_exits(fleet, direct):
             for k in keys:
                 r = get(nd.port, k)
                 assert r.status == 200 and r.data == blobs[k], (nd.name, k)
-        assert relay.count("GET") - gets == 0, relay.lines[nlines:]
+        assert relay.count("GET") - gets == 0, (
+            relay.lines[nlines:], [nd.admin("GET", "/fleet")["handover"] for nd in staying])
     finally:
         giver.stop()
 

@@ -41,8 +41,12 @@ fn head_of(m: &Mapping) -> ObjectHead {
 
 #[async_trait]
 impl PeerServer for BlockFilter {
-    fn hot(&self, for_node: &str, limit: usize) -> Vec<HotBlock> {
-        self.hot_for(for_node, limit)
+    fn hot(&self, limit: usize) -> Vec<HotBlock> {
+        self.hot_list(limit)
+    }
+
+    fn takes(&self, b: &HotBlock) -> bool {
+        self.owns_block(b)
     }
 
     async fn pull(&self, block: &HotBlock, from: &PeerRef) -> Result<u64, PeerError> {
@@ -136,27 +140,16 @@ impl BlockFilter {
         }
     }
 
-    /// The hot blocks of this route whose owner in this node's view is `node`.
-    fn hot_for(&self, node: &str, limit: usize) -> Vec<HotBlock> {
-        let Some(fleet) = &self.fleet else {
+    /// The hot blocks of this route in this node's block geometry.
+    fn hot_list(&self, limit: usize) -> Vec<HotBlock> {
+        if self.fleet.is_none() {
             return Vec::new();
-        };
+        }
         let bs = self.cache.settings.block_bytes;
-        let owned_by = |k: &BlockKey| {
-            // A rewritable object has one owner for all its blocks: block 0's.
-            let placed = if self.class_of(&k.key).immutable {
-                k.index
-            } else {
-                0
-            };
-            fleet
-                .owner(&k.bucket, &k.key, placed)
-                .is_some_and(|p| &*p.id == node)
-        };
         self.cache
             .hot
-            .collect(&self.bucket_key, limit, |k| {
-                u64::from(k.block_bytes) == bs && owned_by(k)
+            .collect(&self.bucket_key, limit, |k: &BlockKey| {
+                u64::from(k.block_bytes) == bs
             })
             .into_iter()
             .map(|(k, size)| HotBlock {
@@ -167,6 +160,20 @@ impl BlockFilter {
                 index: k.index,
             })
             .collect()
+    }
+
+    /// Whether this node owns `b` in its view (`owner` is none for this node; a rewritable
+    /// object has one owner for all its blocks: block 0's).
+    fn owns_block(&self, b: &HotBlock) -> bool {
+        let Some(fleet) = &self.fleet else {
+            return false;
+        };
+        let placed = if self.class_of(&b.key).immutable {
+            b.index
+        } else {
+            0
+        };
+        fleet.owner(&self.bucket_key, &b.key, placed).is_none()
     }
 
     /// Pulls one block from `from` (what it holds only) into this node's tiers.

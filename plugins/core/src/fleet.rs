@@ -203,11 +203,18 @@ pub trait PeerServer: Send + Sync {
     /// error rather than a cut body.
     async fn blocks(&self, key: &ObjectKey, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError>;
 
-    /// Up to `limit` blocks this node served recently, most recent first, whose owner in
-    /// this node's view is `for_node` (what a joining node, or the new owners of a draining
-    /// node's blocks, pull). Default none.
-    fn hot(&self, _for_node: &str, _limit: usize) -> Vec<HotBlock> {
+    /// Up to `limit` blocks this node served recently, most recent first (what a joining
+    /// node, or the new owners of a draining node's blocks, choose from). Default none.
+    fn hot(&self, _limit: usize) -> Vec<HotBlock> {
         Vec::new()
+    }
+
+    /// Whether `block` is this node's in its own view: of a giver's hot list, a hand-over
+    /// pulls only those. The taker decides, not the giver: the view change that prompted the
+    /// hand-over (the giver draining, this node joining) may not have reached the giver yet.
+    /// Default false.
+    fn takes(&self, _block: &HotBlock) -> bool {
+        false
     }
 
     /// Fetches `block` from `from` (only what it holds, never the origin) and keeps it;

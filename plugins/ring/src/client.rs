@@ -138,19 +138,15 @@ impl PeerClient {
             .ok_or_else(|| unavailable("unreadable head document"))
     }
 
-    /// The hot blocks of `bucket` that `peer` holds and `node` now owns (a hand-over list).
+    /// Up to `limit` hot blocks of `bucket` that `peer` served recently, most recent first
+    /// (a hand-over list, from which the taker keeps its own).
     pub async fn hot(
         &self,
         peer: &Peer,
         bucket: &str,
-        node: &str,
         limit: usize,
     ) -> Result<Vec<HotBlock>, PeerError> {
-        let path = format!(
-            "/v1/hot?bucket={}&node={}&limit={limit}",
-            enc(bucket),
-            enc(node)
-        );
+        let path = format!("/v1/hot?bucket={}&limit={limit}", enc(bucket));
         let doc = self
             .document(peer, &path, 64 << 20, self.timeout * 20)
             .await?;

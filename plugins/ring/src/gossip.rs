@@ -99,6 +99,9 @@ impl Gossip {
             let members = view.members.len() as i64;
             let next = Arc::new(view);
             let (moved, prev) = membership.publish_arc(next.clone());
+            if next.summary() != prev.summary() {
+                tracing::info!(members = %next.summary(), moved, "fleet view changed");
+            }
             for g in handover::givers(&prev, &next, membership.me(), membership.is_warming()) {
                 let _ = givers.send(g);
             }

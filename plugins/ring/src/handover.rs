@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::client::PeerClient;
 use crate::metrics;
-use crate::server::Servers;
+use crate::server::{Servers, HOT_LIST_MAX};
 use crate::view::{MemberState, View};
 
 /// What the hand-over worker has done (shown by `GET /fleet`).
@@ -114,12 +114,12 @@ impl Handover {
     }
 
     async fn pull_bucket(&self, from: &PeerRef, bucket: &str, server: &dyn PeerServer) {
-        let list = match self
-            .client
-            .hot(from, bucket, &self.me, self.max_blocks)
-            .await
-        {
-            Ok(l) => l,
+        let list = match self.client.hot(from, bucket, HOT_LIST_MAX).await {
+            Ok(l) => l
+                .into_iter()
+                .filter(|b| server.takes(b))
+                .take(self.max_blocks)
+                .collect::<Vec<_>>(),
             Err(e) => {
                 tracing::info!(from = %from.id, bucket, error = %e, "no hand-over list");
                 return;

@@ -25,6 +25,10 @@ use crate::wire::{verify, HeadDoc, AUTH, NODE, SOURCE};
 /// Longest a peer's TLS handshake may take.
 const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Most entries of one hot list (a hand-over list): 64 Ki, a node's whole recent-block list;
+/// about 10 MiB of JSON, asked once per giver and bucket in a hand-over.
+pub const HOT_LIST_MAX: usize = 1 << 16;
+
 /// Peer servers by bucket.
 pub type Servers = Arc<RwLock<HashMap<String, Arc<dyn PeerServer>>>>;
 
@@ -45,6 +49,14 @@ pub struct PeerApi {
 
 /// Holds one unit of the fills gauge.
 struct FillGuard(Arc<AtomicUsize>);
+
+impl FillGuard {
+    /// Takes a fill slot; none (the slot given back at once) when `max` were taken.
+    fn take(fills: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        let guard = Self(fills.clone());
+        (fills.fetch_add(1, Ordering::Relaxed) < max).then_some(guard)
+    }
+}
 
 impl Drop for FillGuard {
     fn drop(&mut self) {
@@ -136,11 +148,7 @@ impl PeerApi {
         let q = query(req.uri().query().unwrap_or(""));
         let get = |k: &str| q.get(k).map_or("", String::as_str).to_owned();
         if req.uri().path() == "/v1/hot" {
-            return self.hot(
-                &get("bucket"),
-                &get("node"),
-                get("limit").parse().unwrap_or(0),
-            );
+            return self.hot(&get("bucket"), get("limit").parse().unwrap_or(0));
         }
         let server = self
             .servers
@@ -169,7 +177,7 @@ impl PeerApi {
         }
     }
 
-    fn hot(&self, bucket: &str, node: &str, limit: usize) -> Response<ChannelBody> {
+    fn hot(&self, bucket: &str, limit: usize) -> Response<ChannelBody> {
         let server = self
             .servers
             .read()
@@ -178,7 +186,7 @@ impl PeerApi {
         let Some(server) = server else {
             return fail("hot", &PeerError::NotFound);
         };
-        match serde_json::to_vec(&server.hot(node, limit.min(1 << 16))) {
+        match serde_json::to_vec(&server.hot(limit.min(HOT_LIST_MAX))) {
             Ok(doc) => {
                 metrics::with(|m| m.served.with_label_values(&["hot", "ok"]).inc());
                 answer(200, Bytes::from(doc))
@@ -210,14 +218,19 @@ impl PeerApi {
                 &PeerError::Refused("range outside the object".into()),
             );
         }
+        // The fill slot is taken before the ask, not once its first bytes are ready (a whole
+        // origin round trip later): asks arriving together must see each other's fills.
+        let slot = match get("cached") {
+            "1" => None,
+            _ => FillGuard::take(&self.fills, self.max_fills),
+        };
         let ask = BlockAsk {
             bucket: get("bucket"),
             key: key.as_str(),
             etag: &etag,
             size,
             block_bytes: bs,
-            cached_only: get("cached") == "1"
-                || self.fills.load(Ordering::Relaxed) >= self.max_fills,
+            cached_only: slot.is_none(),
             first,
             last,
         };
@@ -228,10 +241,8 @@ impl PeerApi {
             }
             Err(e) => return fail("blocks", &e),
         };
-        let guard = (got.source == PeerSource::Fill).then(|| {
-            self.fills.fetch_add(1, Ordering::Relaxed);
-            FillGuard(self.fills.clone())
-        });
+        // A hit gives its slot back at once; a fill holds it until its body is sent.
+        let guard = slot.filter(|_| got.source == PeerSource::Fill);
         let source = match got.source {
             PeerSource::Hit => "hit",
             PeerSource::Fill => "fill",

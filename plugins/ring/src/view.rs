@@ -102,6 +102,21 @@ impl View {
         !zone.is_empty() && self.active().any(|m| &*m.zone == zone)
     }
 
+    /// The members as `id` (active) or `id(draining)`, comma-separated, for logs.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        for m in &self.members {
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out.push_str(&m.peer.id);
+            if m.state != MemberState::Active {
+                out.push_str("(draining)");
+            }
+        }
+        out
+    }
+
     /// Ids of the active members.
     pub fn active(&self) -> impl Iterator<Item = &Member> {
         self.members
