@@ -1,0 +1,260 @@
+//! A node's fragment store: one file per (object id, fragment index) under `dir`, within a
+//! byte ceiling reserved before a fragment is received. A fragment counts toward a write's
+//! quorum only through [`FsyncReport`], which only [`FragmentWriter::finish`] makes, after
+//! the file and its directory were fsynced. Blocking I/O: call it off the async threads.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::durable;
+use crate::id::ObjectId;
+
+/// Proof that a fragment's file and its directory were fsynced (a durability report, not a
+/// receipt). Made only by [`FragmentWriter::finish`], or by the peer client from a node's
+/// answer to a commit, which that node sends only after its own `finish`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsyncReport {
+    /// The fragment's index.
+    pub index: u8,
+    /// The node that holds it.
+    pub node: String,
+    /// Its length.
+    pub len: u64,
+}
+
+impl FsyncReport {
+    /// A report a node answered to a commit (see [`FsyncReport`]).
+    #[allow(dead_code)] // the peer client's (the fragment transport lands next)
+    pub(crate) fn answered(index: u8, node: String, len: u64) -> Self {
+        Self { index, node, len }
+    }
+}
+
+/// The fragment store.
+pub struct Fragments {
+    dir: PathBuf,
+    ceiling: u64,
+    used: Arc<AtomicU64>,
+}
+
+/// Bytes reserved for one fragment; given back when dropped unless the fragment was kept.
+pub struct Reservation {
+    used: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// A fragment being received.
+pub struct FragmentWriter {
+    file: Option<File>,
+    tmp: PathBuf,
+    path: PathBuf,
+    index: u8,
+    node: String,
+    len: u64,
+    written: u64,
+    reservation: Option<Reservation>,
+}
+
+impl Fragments {
+    /// Opens (creating) the store in `dir`: leftovers of interrupted receives are removed and
+    /// the kept fragments count against `ceiling`.
+    pub fn open(dir: &Path, ceiling: u64) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut used = 0;
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            if e.file_name().to_string_lossy().ends_with(".part") {
+                std::fs::remove_file(e.path())?;
+            } else {
+                used += e.metadata()?.len();
+            }
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            ceiling,
+            used: Arc::new(AtomicU64::new(used)),
+        })
+    }
+
+    /// Bytes kept or reserved.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The ceiling.
+    pub fn ceiling(&self) -> u64 {
+        self.ceiling
+    }
+
+    fn path(&self, id: &ObjectId, index: u8) -> PathBuf {
+        self.dir.join(format!("{id}.{index}"))
+    }
+
+    /// Reserves `bytes`, or none when that would pass the ceiling.
+    pub fn reserve(&self, bytes: u64) -> Option<Reservation> {
+        let ok = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                (u + bytes <= self.ceiling).then_some(u + bytes)
+            })
+            .is_ok();
+        ok.then(|| Reservation {
+            used: self.used.clone(),
+            bytes,
+        })
+    }
+
+    /// Starts receiving fragment `index` of `id`, `len` bytes, reserved in `reservation`;
+    /// `node` is this node's id (named in the report).
+    pub fn writer(
+        &self,
+        id: &ObjectId,
+        index: u8,
+        len: u64,
+        node: &str,
+        reservation: Reservation,
+    ) -> io::Result<FragmentWriter> {
+        let path = self.path(id, index);
+        let tmp = durable::partial(&path);
+        Ok(FragmentWriter {
+            file: Some(File::create(&tmp)?),
+            tmp,
+            path,
+            index,
+            node: node.to_owned(),
+            len,
+            written: 0,
+            reservation: Some(reservation),
+        })
+    }
+
+    /// `len` bytes of fragment `index` of `id` from `offset`.
+    pub fn read(&self, id: &ObjectId, index: u8, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let mut f = File::open(self.path(id, index))?;
+        f.seek(SeekFrom::Start(offset))?;
+        let mut out = Vec::new();
+        f.take(len).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    /// Whether fragment `index` of `id` is kept here.
+    pub fn has(&self, id: &ObjectId, index: u8) -> bool {
+        self.path(id, index).exists()
+    }
+
+    /// Frees fragment `index` of `id` (a missing one is not an error).
+    pub fn remove(&self, id: &ObjectId, index: u8) -> io::Result<()> {
+        let path = self.path(id, index);
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        durable::remove(&path)?;
+        if len > 0 {
+            self.used.fetch_sub(len.min(self.used()), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Overwrites byte `at` of a kept fragment (tests of corruption handling).
+    pub fn corrupt(&self, id: &ObjectId, index: u8, at: u64) -> io::Result<()> {
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.path(id, index))?;
+        let mut b = [0u8; 1];
+        f.seek(SeekFrom::Start(at))?;
+        f.read_exact(&mut b)?;
+        f.seek(SeekFrom::Start(at))?;
+        f.write_all(&[b[0] ^ 0xff])
+    }
+}
+
+impl FragmentWriter {
+    /// Appends the next piece.
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.written + bytes.len() as u64 > self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "fragment longer than announced",
+            ));
+        }
+        let Some(f) = self.file.as_mut() else {
+            return Err(io::Error::other("fragment already finished"));
+        };
+        f.write_all(bytes)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Fsyncs the whole fragment into place (file, rename, directory) and reports it.
+    pub fn finish(mut self) -> io::Result<FsyncReport> {
+        if self.written != self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("fragment {} of {} bytes", self.written, self.len),
+            ));
+        }
+        if let Some(f) = self.file.take() {
+            f.sync_all()?;
+        }
+        durable::commit(&self.tmp, &self.path)?;
+        // Kept: the bytes stay counted in `used` until the fragment is removed.
+        std::mem::forget(self.reservation.take());
+        Ok(FsyncReport {
+            index: self.index,
+            node: std::mem::take(&mut self.node),
+            len: self.len,
+        })
+    }
+}
+
+impl Drop for FragmentWriter {
+    fn drop(&mut self) {
+        // Not finished (finish renamed it away first): the partial file goes.
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fragment_counts_only_once_finished_and_the_ceiling_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Fragments::open(d.path(), 100).unwrap();
+        let id = ObjectId::random();
+        let r = s.reserve(60).unwrap();
+        assert!(s.reserve(60).is_none(), "over the ceiling");
+        let mut w = s.writer(&id, 3, 10, "n1", r).unwrap();
+        w.append(b"0123456789").unwrap();
+        assert!(!s.has(&id, 3));
+        let rep = w.finish().unwrap();
+        assert_eq!((rep.index, rep.len, rep.node.as_str()), (3, 10, "n1"));
+        assert_eq!(s.read(&id, 3, 2, 4).unwrap(), b"2345");
+        s.remove(&id, 3).unwrap();
+        assert!(!s.has(&id, 3));
+    }
+
+    #[test]
+    fn an_unfinished_fragment_leaves_nothing_and_frees_its_reservation() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Fragments::open(d.path(), 100).unwrap();
+        let id = ObjectId::random();
+        let mut w = s.writer(&id, 0, 10, "n", s.reserve(10).unwrap()).unwrap();
+        w.append(b"012").unwrap();
+        assert!(w.append(b"0123456789").is_err(), "longer than announced");
+        assert!(w.finish().is_err(), "short");
+        assert_eq!(s.used(), 0);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        let reopened = Fragments::open(d.path(), 100).unwrap();
+        assert_eq!(reopened.used(), 0);
+    }
+}

@@ -1,0 +1,225 @@
+//! The write-back journal: one durable JSON record per acknowledged, unpropagated write. The
+//! coordinator writes it at the w-th fsync report; copies go to the fragment nodes, so losing
+//! the coordinator's disk loses nothing; it replays after a restart; it is removed once the
+//! origin confirmed the object.
+//!
+//! The acknowledgment is structural: a client hears 200 only through an [`Acked`], which only
+//! [`Journal::commit`] makes, from a [`Quorum`], which only [`Quorum::count`] makes, from at
+//! least `w` fsync reports of distinct fragments on distinct nodes.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::Geometry;
+use crate::durable;
+use crate::fragments::FsyncReport;
+use crate::id::ObjectId;
+
+/// Where one fragment of a write is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Fragment index.
+    pub index: u8,
+    /// The node's id.
+    pub node: String,
+    /// The node's peer address when the fragment was placed.
+    pub addr: String,
+}
+
+/// One acknowledged write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The write's id.
+    pub id: ObjectId,
+    /// Bucket and key written.
+    pub bucket: String,
+    /// The key.
+    pub key: String,
+    /// The ETag answered to the client (quoted MD5 of the body, as S3 answers a PutObject).
+    pub etag: String,
+    /// Headers stored with the object (content-type, x-amz-meta-*, ...), lowercase names.
+    pub headers: Vec<(String, String)>,
+    /// Coding geometry.
+    pub geometry: Geometry,
+    /// Fragments whose fsync was reported.
+    pub placements: Vec<Placement>,
+    /// The node that acknowledged it.
+    pub coordinator: String,
+    /// When it was acknowledged (ms since the epoch): a later write of the key wins.
+    pub acked_ms: u64,
+}
+
+/// At least `w` fsync reports of distinct fragments on distinct nodes.
+#[derive(Debug)]
+pub struct Quorum(Vec<FsyncReport>);
+
+/// Why reports do not make a quorum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{got} durable fragments, {want} needed")]
+pub struct Shortfall {
+    /// Distinct reports.
+    pub got: usize,
+    /// The threshold.
+    pub want: usize,
+}
+
+impl Quorum {
+    /// Counts `reports` (duplicates of an index or of a node count once) against `w`.
+    pub fn count(reports: Vec<FsyncReport>, w: usize) -> Result<Self, Shortfall> {
+        let (mut idx, mut nodes) = (BTreeSet::new(), BTreeSet::new());
+        let kept: Vec<FsyncReport> = reports
+            .into_iter()
+            .filter(|r| idx.insert(r.index) & nodes.insert(r.node.clone()))
+            .collect();
+        if kept.len() < w.max(1) {
+            return Err(Shortfall {
+                got: kept.len(),
+                want: w,
+            });
+        }
+        Ok(Self(kept))
+    }
+
+    /// The reports counted.
+    pub fn reports(&self) -> &[FsyncReport] {
+        &self.0
+    }
+}
+
+/// A write journaled durably after its quorum: the only way to acknowledge it.
+#[derive(Debug)]
+pub struct Acked {
+    /// The record as journaled.
+    pub record: Record,
+}
+
+/// A node's journal directory (its own records and the copies it keeps for other nodes).
+pub struct Journal {
+    dir: PathBuf,
+}
+
+impl Journal {
+    /// Opens (creating) the journal in `dir`.
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+        })
+    }
+
+    fn path(&self, id: &ObjectId) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Journals `record` once `quorum` holds: the record's placements become the reported
+    /// ones, and it is fsynced before this returns.
+    pub fn commit(&self, mut record: Record, quorum: Quorum) -> io::Result<Acked> {
+        record.placements.retain(|p| {
+            quorum
+                .reports()
+                .iter()
+                .any(|r| r.index == p.index && r.node == p.node)
+        });
+        self.keep(&record)?;
+        Ok(Acked { record })
+    }
+
+    /// Writes `record` durably (a copy from a coordinator, or an update after repair).
+    pub fn keep(&self, record: &Record) -> io::Result<()> {
+        let doc = serde_json::to_vec(record).map_err(io::Error::other)?;
+        durable::write(&self.path(&record.id), &doc)
+    }
+
+    /// Forgets `id` (propagated).
+    pub fn remove(&self, id: &ObjectId) -> io::Result<()> {
+        durable::remove(&self.path(id))
+    }
+
+    /// Every record kept. An unreadable file is set aside as `*.bad` (with a warning), never
+    /// dropped: it names a write that may still need propagating.
+    pub fn replay(&self) -> io::Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let path = e?.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            match serde_json::from_slice::<Record>(&std::fs::read(&path)?) {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "unreadable journal record set aside");
+                    std::fs::rename(&path, path.with_extension("bad"))?;
+                }
+            }
+        }
+        out.sort_by_key(|r| r.acked_ms);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(index: u8, node: &str) -> FsyncReport {
+        FsyncReport::answered(index, node.into(), 10)
+    }
+
+    fn record(id: ObjectId) -> Record {
+        Record {
+            id,
+            bucket: "b".into(),
+            key: "k".into(),
+            etag: "\"e\"".into(),
+            headers: vec![("content-type".into(), "text/plain".into())],
+            geometry: Geometry {
+                k: 2,
+                m: 1,
+                stripe_bytes: 1 << 20,
+                size: 10,
+            },
+            placements: (0..3)
+                .map(|i| Placement {
+                    index: i,
+                    node: format!("n{i}"),
+                    addr: "a".into(),
+                })
+                .collect(),
+            coordinator: "n0".into(),
+            acked_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_quorum_counts_distinct_fragments_on_distinct_nodes() {
+        let two_on_one_node = vec![report(0, "a"), report(1, "a"), report(0, "b")];
+        assert_eq!(
+            Quorum::count(two_on_one_node, 2).unwrap_err(),
+            Shortfall { got: 1, want: 2 }
+        );
+        assert!(Quorum::count(vec![report(0, "a"), report(1, "b")], 2).is_ok());
+        assert!(
+            Quorum::count(Vec::new(), 0).is_err(),
+            "never an empty quorum"
+        );
+    }
+
+    #[test]
+    fn a_committed_record_replays_with_only_the_reported_placements() {
+        let d = tempfile::tempdir().unwrap();
+        let j = Journal::open(d.path()).unwrap();
+        let id = ObjectId::random();
+        let q = Quorum::count(vec![report(0, "n0"), report(2, "n2")], 2).unwrap();
+        let acked = j.commit(record(id), q).unwrap();
+        assert_eq!(acked.record.placements.len(), 2);
+        std::fs::write(d.path().join("junk.json"), b"{not json").unwrap();
+        let back = Journal::open(d.path()).unwrap().replay().unwrap();
+        assert_eq!(back, vec![acked.record]);
+        assert!(d.path().join("junk.bad").exists(), "set aside, not lost");
+        j.remove(&id).unwrap();
+        assert!(j.replay().unwrap().is_empty());
+    }
+}
