@@ -27,6 +27,7 @@ pub fn factories() -> Vec<&'static dyn PluginFactory> {
         &floe_sigv4::FACTORY,
         &floe_ring::FACTORY,
         &floe_blocks::FACTORY,
+        &floe_writeback::FACTORY,
     ]
 }
 

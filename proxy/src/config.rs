@@ -27,6 +27,11 @@ pub struct FileConfig {
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
     pub fleet: Option<serde::de::IgnoredAny>,
+    /// Where this node keeps write-back fragments; needed when a route has `writeback:`.
+    /// Parsed and validated by the writeback plugin (floe-writeback config.rs documents it).
+    #[serde(default)]
+    #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    pub writeback: Option<serde::de::IgnoredAny>,
     /// The admin API listener. Default none.
     #[serde(default)]
     pub admin: Option<AdminSection>,
@@ -255,6 +260,12 @@ pub struct RouteSection {
     /// Filter stages, in order. Default `[sigv4]`.
     #[serde(default = "default_filters")]
     pub filters: Vec<String>,
+    /// Write-back of this route's PUTs (`{k, m, w, max_object_bytes, stripe_bytes}`), with
+    /// the `writeback` filter listed before `blocks`. Default none: PUTs go to the origin.
+    /// Parsed and validated by the writeback plugin.
+    #[serde(default)]
+    #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    pub writeback: Option<serde::de::IgnoredAny>,
 }
 
 /// `anonymous:` on a route: a flag, or the list of operations unsigned requests may use.

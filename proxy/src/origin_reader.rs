@@ -57,6 +57,18 @@ impl PingoraOriginReader {
         method: &str,
         extra: &[(&str, String)],
     ) -> Result<(HttpSession, HttpPeer, OwnedSemaphorePermit, u16), OriginError> {
+        self.send_body(bucket, key, method, extra, None).await
+    }
+
+    /// As `send`, streaming `body` (its length already in `extra`'s content-length).
+    async fn send_body(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        method: &str,
+        extra: &[(&str, String)],
+        mut body: Option<Box<dyn ByteStream>>,
+    ) -> Result<(HttpSession, HttpPeer, OwnedSemaphorePermit, u16), OriginError> {
         let transport = |e: &dyn std::fmt::Display| OriginError::Transport(e.to_string());
         if self.origin.breaker.is_open() {
             return Err(OriginError::Transport("origin breaker open".into()));
@@ -93,6 +105,14 @@ impl PingoraOriginReader {
             .write_request_header(Box::new(req))
             .await
             .map_err(|e| transport(&e))?;
+        if let Some(body) = body.as_mut() {
+            while let Some(piece) = body.next().await? {
+                session
+                    .write_request_body(piece, false)
+                    .await
+                    .map_err(|e| transport(&e))?;
+            }
+        }
         session
             .finish_request_body()
             .await
@@ -189,6 +209,36 @@ impl OriginReader for PingoraOriginReader {
             .release_http_session(session, &peer, IDLE)
             .await;
         result
+    }
+
+    async fn put(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        len: u64,
+        headers: &[(String, String)],
+        body: Box<dyn ByteStream>,
+    ) -> Result<ETag, OriginError> {
+        let mut extra: Vec<(&str, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        extra.push(("content-length", len.to_string()));
+        let (mut session, peer, _permit, status) = self
+            .send_body(bucket, key, "PUT", &extra, Some(body))
+            .await?;
+        let etag = header(&session, "etag");
+        while let Ok(Some(_)) = session.read_response_body().await {}
+        self.connector
+            .release_http_session(session, &peer, IDLE)
+            .await;
+        match status {
+            200 => etag
+                .and_then(|e| ETag::parse(&e).ok())
+                .ok_or_else(|| OriginError::Transport("PUT answer without an ETag".into())),
+            404 => Err(OriginError::NotFound),
+            s => Err(OriginError::Status(s)),
+        }
     }
 
     async fn get_current(

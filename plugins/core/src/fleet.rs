@@ -174,6 +174,67 @@ pub trait Fleet: Send + Sync {
 
     /// Registers the server that answers other nodes' asks for `bucket`.
     fn serve(&self, bucket: &str, server: Arc<dyn PeerServer>);
+
+    /// Every active member, this node included, in rendezvous order over `name` (the first
+    /// is the one `name` would be placed on, and so on). Default: none (no fleet).
+    fn ranked(&self, _name: &str) -> Vec<PeerRef> {
+        Vec::new()
+    }
+
+    /// A live member by id (active or draining). Default none.
+    fn member(&self, _id: &str) -> Option<PeerRef> {
+        None
+    }
+
+    /// Sends `method path` (path and query, below the service) with `body` to the service
+    /// `service` that `peer` mounted, over the fleet's authenticated transport, within
+    /// `wait`. Default: refused (no fleet).
+    async fn call(
+        &self,
+        _peer: &PeerRef,
+        _service: &str,
+        _call: PeerCall,
+        _wait: std::time::Duration,
+    ) -> Result<PeerReply, PeerError> {
+        Err(PeerError::Refused("no fleet".into()))
+    }
+
+    /// Mounts `svc` as `service`: other nodes' [`Fleet::call`]s to this node reach it.
+    /// Default: nothing (no fleet).
+    fn mount(&self, _service: &str, _svc: Arc<dyn PeerService>) {}
+}
+
+/// A request one plugin sends to its own kind on another node.
+#[derive(Debug, Clone)]
+pub struct PeerCall {
+    /// `GET`, `PUT`, `POST` or `DELETE`.
+    pub method: &'static str,
+    /// Path and query below the service, e.g. `/frag?id=..&idx=2`.
+    pub path: String,
+    /// The body (bounded by the transport: [`PEER_CALL_MAX_BYTES`]).
+    pub body: bytes::Bytes,
+}
+
+/// Largest body of a [`PeerCall`] or [`PeerReply`]: 32 MiB.
+pub const PEER_CALL_MAX_BYTES: usize = 32 << 20;
+
+/// A service's answer to a [`PeerCall`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerReply {
+    /// HTTP status.
+    pub status: u16,
+    /// The body.
+    pub body: bytes::Bytes,
+}
+
+/// A plugin's endpoints on the peer API (see [`Fleet::mount`]).
+///
+/// Contract: the transport authenticated the caller as a fleet member; `call` must not block
+/// the async thread.
+#[async_trait]
+pub trait PeerService: Send + Sync {
+    /// Answers one call.
+    async fn call(&self, call: PeerCall) -> PeerReply;
 }
 
 /// A block a node served recently, named for a hand-over.

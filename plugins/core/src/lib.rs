@@ -17,6 +17,7 @@ pub mod fleet;
 mod op;
 mod origin;
 pub mod plugin;
+pub mod range;
 mod types;
 pub mod uri;
 pub mod wire;

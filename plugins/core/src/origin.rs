@@ -85,6 +85,19 @@ pub trait OriginReader: Send + Sync {
         range: Option<&str>,
     ) -> Result<Fetched, OriginError>;
 
+    /// Writes `key` (PutObject) with `len` bytes from `body` and `headers` (content-type,
+    /// x-amz-meta-*, content-md5, ...); returns the origin's ETag. Default: not supported.
+    async fn put(
+        &self,
+        _bucket: &BucketName,
+        _key: &ObjectKey,
+        _len: u64,
+        _headers: &[(String, String)],
+        _body: Box<dyn ByteStream>,
+    ) -> Result<ETag, OriginError> {
+        Err(OriginError::Status(501))
+    }
+
     /// Bytes `first..=last` of version `etag`.
     async fn get_range(
         &self,

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::fleet::{BlockAsk, HotBlock, Peer, PeerBody, PeerError, PeerSource};
+use floe_core::fleet::{
+    BlockAsk, HotBlock, Peer, PeerBody, PeerCall, PeerError, PeerReply, PeerSource,
+    PEER_CALL_MAX_BYTES,
+};
 use floe_core::{ByteStream, ETag, ObjectHead, OriginError};
 use pingora::connectors::http::Connector;
 use pingora::connectors::ConnectorOptions;
@@ -71,15 +74,31 @@ impl PeerClient {
         path: &str,
         wait: Duration,
     ) -> Result<(HttpSession, HttpPeer, u16), PeerError> {
+        self.send(peer, "GET", path, Bytes::new(), wait).await
+    }
+
+    /// Sends `method path` with `body` to `peer` and reads the answer's header, within `wait`.
+    async fn send(
+        &self,
+        peer: &Peer,
+        method: &str,
+        path: &str,
+        body: Bytes,
+        wait: Duration,
+    ) -> Result<(HttpSession, HttpPeer, u16), PeerError> {
         let work = async {
             let addr = Self::resolve(&peer.addr).await?;
             // The certificate must name the host of the peer's address (an IP or a DNS name).
             let host = peer.addr.rsplit_once(':').map_or("", |(h, _)| h);
             let hp = HttpPeer::new(addr, self.tls, host.trim_matches(['[', ']']).to_owned());
             let mut req =
-                RequestHeader::build("GET", path.as_bytes(), None).map_err(unavailable)?;
-            req.insert_header(AUTH, sign(&self.secret, "GET", path))
+                RequestHeader::build(method, path.as_bytes(), None).map_err(unavailable)?;
+            req.insert_header(AUTH, sign(&self.secret, method, path))
                 .map_err(unavailable)?;
+            if method != "GET" {
+                req.insert_header("content-length", body.len().to_string())
+                    .map_err(unavailable)?;
+            }
             req.insert_header("host", &*peer.addr)
                 .map_err(unavailable)?;
             let (mut s, _) = self
@@ -90,6 +109,11 @@ impl PeerClient {
             s.write_request_header(Box::new(req))
                 .await
                 .map_err(unavailable)?;
+            if !body.is_empty() {
+                s.write_request_body(body, true)
+                    .await
+                    .map_err(unavailable)?;
+            }
             s.finish_request_body().await.map_err(unavailable)?;
             s.read_response_header().await.map_err(unavailable)?;
             let status = s.response_header().map_or(0, |h| h.status.as_u16());
@@ -151,6 +175,39 @@ impl PeerClient {
             .document(peer, &path, 64 << 20, self.timeout * 20)
             .await?;
         serde_json::from_slice(&doc).map_err(|e| unavailable(format!("unreadable hot list: {e}")))
+    }
+
+    /// Sends `call` to the service `service` on `peer`; the whole answer within `wait`.
+    pub async fn call(
+        &self,
+        peer: &Peer,
+        service: &str,
+        call: PeerCall,
+        wait: Duration,
+    ) -> Result<PeerReply, PeerError> {
+        let path = format!("/v1/x/{service}{}", call.path);
+        let started = Instant::now();
+        let work = async {
+            let (mut s, hp, status) = self.send(peer, call.method, &path, call.body, wait).await?;
+            let mut body = Vec::new();
+            while let Some(b) = s.read_response_body().await.map_err(unavailable)? {
+                body.extend_from_slice(&b);
+                if body.len() > PEER_CALL_MAX_BYTES {
+                    return Err(unavailable("answer too large"));
+                }
+            }
+            self.connector.release_http_session(s, &hp, IDLE).await;
+            Ok(PeerReply {
+                status,
+                body: Bytes::from(body),
+            })
+        };
+        let r = tokio::time::timeout(wait, work)
+            .await
+            .map_err(|_| unavailable(format!("{} did not answer in {wait:?}", peer.id)))
+            .and_then(|r| r);
+        record("call", &r, started);
+        r
     }
 
     /// The body of a 200 answer to `GET path`, at most `max` bytes, read within `wait`.

@@ -7,7 +7,9 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
-use floe_core::fleet::{BlockAsk, Fleet, PeerBody, PeerError, PeerRef, PeerServer};
+use floe_core::fleet::{
+    BlockAsk, Fleet, PeerBody, PeerCall, PeerError, PeerRef, PeerReply, PeerServer, PeerService,
+};
 use floe_core::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx, Shared,
     StartError,
@@ -119,6 +121,7 @@ impl Ring {
                 node: me.clone(),
                 secret: secret.clone(),
                 servers: servers.clone(),
+                services: Arc::default(),
                 fills: Arc::default(),
                 max_fills: s.max_owner_fills,
             }),
@@ -204,6 +207,30 @@ impl Fleet for Ring {
     fn serve(&self, bucket: &str, server: Arc<dyn PeerServer>) {
         if let Ok(mut s) = self.servers.write() {
             s.insert(bucket.to_owned(), server);
+        }
+    }
+
+    fn ranked(&self, name: &str) -> Vec<PeerRef> {
+        self.membership.ranked(name)
+    }
+
+    fn member(&self, id: &str) -> Option<PeerRef> {
+        self.membership.member(id)
+    }
+
+    async fn call(
+        &self,
+        peer: &PeerRef,
+        service: &str,
+        call: PeerCall,
+        wait: std::time::Duration,
+    ) -> Result<PeerReply, PeerError> {
+        self.client.call(peer, service, call, wait).await
+    }
+
+    fn mount(&self, service: &str, svc: Arc<dyn PeerService>) {
+        if let Ok(mut s) = self.listener.api.services.write() {
+            s.insert(service.to_owned(), svc);
         }
     }
 }

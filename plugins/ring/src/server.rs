@@ -10,7 +10,9 @@ use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use floe_core::fleet::{BlockAsk, PeerError, PeerServer, PeerSource};
+use floe_core::fleet::{
+    BlockAsk, PeerCall, PeerError, PeerServer, PeerService, PeerSource, PEER_CALL_MAX_BYTES,
+};
 use floe_core::{ETag, ObjectKey};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
@@ -32,6 +34,9 @@ pub const HOT_LIST_MAX: usize = 1 << 16;
 /// Peer servers by bucket.
 pub type Servers = Arc<RwLock<HashMap<String, Arc<dyn PeerServer>>>>;
 
+/// Other plugins' peer services by name (see `Fleet::mount`).
+pub type Services = Arc<RwLock<HashMap<String, Arc<dyn PeerService>>>>;
+
 /// What the listener needs.
 pub struct PeerApi {
     /// This node's id.
@@ -40,6 +45,8 @@ pub struct PeerApi {
     pub secret: Arc<Vec<u8>>,
     /// Servers by bucket.
     pub servers: Servers,
+    /// Mounted services by name (`/v1/x/<name>/...`).
+    pub services: Services,
     /// Answers being filled from the origin right now.
     pub fills: Arc<AtomicUsize>,
     /// Above this many, an ask that would fill is refused as busy (the asker goes to the next
@@ -135,15 +142,23 @@ fn query(q: &str) -> HashMap<String, String> {
 
 impl PeerApi {
     async fn handle(&self, req: Request<Incoming>) -> Response<ChannelBody> {
-        let path = req.uri().path_and_query().map_or("", |p| p.as_str());
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or(String::new(), |p| p.as_str().to_owned());
         let auth = req
             .headers()
             .get(AUTH)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if req.method() != http::Method::GET || !verify(&self.secret, "GET", path, auth) {
+        let method = req.method().as_str().to_owned();
+        let allowed = method == "GET" || path.starts_with("/v1/x/");
+        if !allowed || !verify(&self.secret, &method, &path, auth) {
             metrics::with(|m| m.served.with_label_values(&["any", "denied"]).inc());
             return answer(403, Bytes::from_static(b"fleet authentication failed"));
+        }
+        if let Some(rest) = path.strip_prefix("/v1/x/") {
+            return self.service_call(req, &method, rest).await;
         }
         let q = query(req.uri().query().unwrap_or(""));
         let get = |k: &str| q.get(k).map_or("", String::as_str).to_owned();
@@ -175,6 +190,41 @@ impl PeerApi {
             "/v1/blocks" => self.blocks(&*server, &key, &q).await,
             _ => fail("any", &PeerError::Refused("no such path".into())),
         }
+    }
+
+    /// A call to a mounted service: `rest` is `<service>/<path below it>`.
+    async fn service_call(
+        &self,
+        req: Request<Incoming>,
+        method: &str,
+        rest: &str,
+    ) -> Response<ChannelBody> {
+        let (name, below) = rest.split_once('/').unwrap_or((rest, ""));
+        let svc = self.services.read().ok().and_then(|s| s.get(name).cloned());
+        let Some(svc) = svc else {
+            return fail("call", &PeerError::NotFound);
+        };
+        let method = match method {
+            "GET" => "GET",
+            "PUT" => "PUT",
+            "POST" => "POST",
+            "DELETE" => "DELETE",
+            _ => return fail("call", &PeerError::Refused("method".into())),
+        };
+        let limited = http_body_util::Limited::new(req.into_body(), PEER_CALL_MAX_BYTES);
+        let body = match http_body_util::BodyExt::collect(limited).await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return fail("call", &PeerError::Refused(format!("body: {e}"))),
+        };
+        let reply = svc
+            .call(PeerCall {
+                method,
+                path: format!("/{below}"),
+                body,
+            })
+            .await;
+        metrics::with(|m| m.served.with_label_values(&["call", "ok"]).inc());
+        answer(reply.status, reply.body)
     }
 
     fn hot(&self, bucket: &str, limit: usize) -> Response<ChannelBody> {

@@ -241,6 +241,27 @@ impl Membership {
         (m.peer.id != self.me).then(|| m.peer.clone())
     }
 
+    /// Every active member, this node included, best rendezvous score over `name` first.
+    pub fn ranked(&self, name: &str) -> Vec<PeerRef> {
+        let view = self.view.load();
+        let mut scored: Vec<(f64, &Member)> = view
+            .active()
+            .map(|m| {
+                let h = hrw::block_hash(&m.peer.id, "", name, 0);
+                (hrw::score(h, m.capacity), m)
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.peer.id.cmp(&b.1.peer.id)));
+        scored.into_iter().map(|(_, m)| m.peer.clone()).collect()
+    }
+
+    /// A live member by id.
+    pub fn member(&self, id: &str) -> Option<PeerRef> {
+        let view = self.view.load();
+        let m = view.members.iter().find(|m| &*m.peer.id == id)?;
+        Some(m.peer.clone())
+    }
+
     /// The owner of a block: `None` when it is this node or no active member is known.
     pub fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
         let view = self.view.load();

@@ -27,7 +27,6 @@ pub struct FsyncReport {
 
 impl FsyncReport {
     /// A report a node answered to a commit (see [`FsyncReport`]).
-    #[allow(dead_code)] // the peer client's (the fragment transport lands next)
     pub(crate) fn answered(index: u8, node: String, len: u64) -> Self {
         Self { index, node, len }
     }
@@ -177,6 +176,11 @@ impl Fragments {
 }
 
 impl FragmentWriter {
+    /// Bytes appended so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
     /// Appends the next piece.
     pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.written + bytes.len() as u64 > self.len {

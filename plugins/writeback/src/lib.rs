@@ -5,6 +5,15 @@
 pub mod codec;
 pub mod config;
 pub mod durable;
+pub mod filter;
 pub mod fragments;
 pub mod id;
 pub mod journal;
+pub mod metrics;
+pub mod node;
+pub mod plugin;
+pub mod propagate;
+pub mod read;
+pub mod service;
+pub mod stage;
+pub use plugin::FACTORY;

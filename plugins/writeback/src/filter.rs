@@ -1,0 +1,320 @@
+//! The `writeback` stage: stages a route's PutObjects across the fleet, answers GET and HEAD of
+//! keys with an acknowledged, unpropagated write, and orders a DELETE or a direct PUT after
+//! such a write (it is dropped from the index, so propagation never resurrects it).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::range::{resolve, RangeAsk};
+use floe_core::{BodyStage, ByteStream, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::config::RouteOptions;
+use crate::journal::Record;
+use crate::metrics;
+use crate::node::Node;
+use crate::propagate::{upload, Origins};
+use crate::stage::{BodySource, Object, Outcome};
+
+/// Headers of a PUT kept with a staged object and replayed on its reads.
+const KEPT: &[&str] = &[
+    "content-type",
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+];
+
+/// How a PUT went, for the answer's `x-floe-writeback` and the metrics.
+#[derive(Debug, Clone, Copy)]
+struct Mode(&'static str);
+
+/// One route's write-back stage.
+pub struct WritebackFilter {
+    /// This node's write-back state.
+    pub node: Arc<Node>,
+    /// The route's options (none: reads of staged writes only).
+    pub opts: Option<RouteOptions>,
+    /// The route's bucket.
+    pub bucket: String,
+    /// Origins by bucket (for a synchronous write).
+    pub origins: Origins,
+}
+
+fn internal(e: impl std::fmt::Display) -> S3Error {
+    S3Error::new(S3ErrorCode::InternalError, e.to_string())
+}
+
+/// The request body through the route's body stage (SigV4 chunk checks, aws-chunked decoding).
+struct SessionBody<'a> {
+    session: &'a mut Session,
+    stage: Option<&'a mut Box<dyn BodyStage>>,
+    preread: Option<Bytes>,
+    done: bool,
+}
+
+#[async_trait]
+impl BodySource for SessionBody<'_> {
+    async fn next(&mut self) -> Result<Option<Bytes>, S3Error> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            let (mut piece, end) = if let Some(b) = self.preread.take() {
+                (Some(b), true)
+            } else {
+                let p = self.session.read_request_body().await.map_err(|e| {
+                    S3Error::new(
+                        S3ErrorCode::IncompleteBody,
+                        "The request body could not be read to its end.",
+                    )
+                    .caused_by(e)
+                })?;
+                let end = p.is_none();
+                (p, end)
+            };
+            if let Some(stage) = self.stage.as_mut() {
+                stage.feed(&mut piece, end)?;
+            }
+            self.done = end;
+            match piece {
+                Some(b) if !b.is_empty() => return Ok(Some(b)),
+                _ => continue,
+            }
+        }
+    }
+}
+
+fn header<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
+    session
+        .req_header()
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+}
+
+impl WritebackFilter {
+    async fn put(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+        key: &str,
+    ) -> Result<bool, S3Error> {
+        let Some(opts) = self.opts else {
+            return Ok(false);
+        };
+        // A staged write of the key is overtaken by this one, whichever path it takes.
+        if let Some(r) = self.node.dirty(&self.bucket, key) {
+            self.node.unindex(&r);
+        }
+        let decoded = match &ctx.payload {
+            floe_core::UpstreamPayload::Decoded { length } => Some(*length),
+            _ => None,
+        };
+        let size =
+            decoded.or_else(|| header(session, "content-length").and_then(|l| l.parse().ok()));
+        let copy = header(session, "x-amz-copy-source").is_some();
+        let plan = match size {
+            Some(size) if !copy => self.node.plan(&opts, size),
+            _ => None,
+        };
+        let Some(plan) = plan else {
+            ctx.ext.insert(Mode("direct"));
+            return Ok(false);
+        };
+        if !ctx.body_preread
+            && header(session, "expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+        {
+            let cont = ResponseHeader::build(100, Some(0)).map_err(internal)?;
+            session
+                .write_response_header(Box::new(cont), false)
+                .await
+                .map_err(internal)?;
+        }
+        let preread = if ctx.body_preread {
+            Some(session.get_retry_buffer().unwrap_or_default())
+        } else {
+            None
+        };
+        let mut headers: Vec<(String, String)> = KEPT
+            .iter()
+            .filter_map(|h| header(session, h).map(|v| ((*h).to_owned(), v.to_owned())))
+            .collect();
+        for (k, v) in &session.req_header().headers {
+            if k.as_str().starts_with("x-amz-meta-") {
+                if let Ok(v) = v.to_str() {
+                    headers.push((k.as_str().to_owned(), v.to_owned()));
+                }
+            }
+        }
+        let obj = Object {
+            bucket: &self.bucket,
+            key,
+            headers,
+        };
+        let started = std::time::Instant::now();
+        let outcome = {
+            let mut body = SessionBody {
+                session,
+                stage: ctx.body_stage.as_mut(),
+                preread,
+                done: false,
+            };
+            self.node.stage(plan, obj, &mut body).await?
+        };
+        let (etag, mode) = match outcome {
+            Outcome::Staged(acked) => (acked.record.etag, "staged"),
+            Outcome::NeedsSync(r) => (self.sync(*r).await?, "sync"),
+        };
+        metrics::put(mode, started.elapsed());
+        ctx.ext.insert(Mode(mode));
+        let mut resp = ResponseHeader::build(200, Some(4)).map_err(internal)?;
+        resp.insert_header("etag", etag).map_err(internal)?;
+        resp.insert_header("content-length", "0")
+            .map_err(internal)?;
+        resp.insert_header("x-floe-writeback", mode)
+            .map_err(internal)?;
+        resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
+            .map_err(internal)?;
+        session
+            .write_response_header(Box::new(resp), true)
+            .await
+            .map_err(internal)?;
+        Ok(true)
+    }
+
+    /// Writes `r` to the origin from its fragments, then frees them; the ETag to answer.
+    async fn sync(&self, r: Record) -> Result<String, S3Error> {
+        let origin = self
+            .origins
+            .read()
+            .ok()
+            .and_then(|o| o.get(&self.bucket).cloned());
+        let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
+        let r = Arc::new(r);
+        let result = upload(&self.node, &*origin, &r).await;
+        self.node.free(&r).await;
+        result.map_err(|e| {
+            S3Error::new(
+                S3ErrorCode::SlowDown,
+                format!("the write could not be made durable: {e}"),
+            )
+        })?;
+        Ok(r.etag.clone())
+    }
+
+    async fn get(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+        r: Arc<Record>,
+    ) -> Result<bool, S3Error> {
+        let size = r.geometry.size;
+        let head = ctx.op == S3Op::HeadObject;
+        let (status, first, last) = match resolve(header(session, "range"), size) {
+            RangeAsk::Part { first, last } => (206, first, last),
+            RangeAsk::Unsatisfiable => return Err(S3Error::invalid_range(size)),
+            RangeAsk::Whole | RangeAsk::Multi => (200, 0, size.saturating_sub(1)),
+        };
+        let len = if size == 0 { 0 } else { last + 1 - first };
+        let mut resp = ResponseHeader::build(status, Some(8)).map_err(internal)?;
+        resp.insert_header("content-length", len.to_string())
+            .map_err(internal)?;
+        resp.insert_header("etag", r.etag.as_str())
+            .map_err(internal)?;
+        resp.insert_header("accept-ranges", "bytes")
+            .map_err(internal)?;
+        if status == 206 {
+            resp.insert_header("content-range", format!("bytes {first}-{last}/{size}"))
+                .map_err(internal)?;
+        }
+        for (k, v) in &r.headers {
+            resp.append_header(k.clone(), v.clone()).map_err(internal)?;
+        }
+        resp.insert_header("x-floe-writeback", "dirty")
+            .map_err(internal)?;
+        resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
+            .map_err(internal)?;
+        ctx.cache = Some("writeback");
+        let body_follows = !head && len > 0;
+        let unreadable = |e: floe_core::OriginError| {
+            S3Error::new(
+                S3ErrorCode::InternalError,
+                "The staged object could not be read.",
+            )
+            .caused_by(e)
+        };
+        // The first stripe is read before the header goes: an object with too few intact
+        // fragments is a clean 500, not a cut body.
+        let mut stream = self.node.range(r, first, last);
+        let mut piece = match body_follows {
+            true => stream.next().await.map_err(unreadable)?,
+            false => None,
+        };
+        session
+            .write_response_header(Box::new(resp), !body_follows)
+            .await
+            .map_err(internal)?;
+        if !body_follows {
+            return Ok(true);
+        }
+        while let Some(b) = piece {
+            session
+                .write_response_body(Some(b), false)
+                .await
+                .map_err(internal)?;
+            piece = stream.next().await.map_err(unreadable)?;
+        }
+        session
+            .write_response_body(None, true)
+            .await
+            .map_err(internal)?;
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl RequestFilter for WritebackFilter {
+    fn name(&self) -> &'static str {
+        "writeback"
+    }
+
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+    ) -> Result<bool, S3Error> {
+        let Some(key) = ctx.key.as_ref().map(|k| k.as_str().to_owned()) else {
+            return Ok(false);
+        };
+        match ctx.op {
+            S3Op::PutObject => self.put(session, ctx, &key).await,
+            S3Op::GetObject | S3Op::HeadObject => match self.node.dirty(&self.bucket, &key) {
+                Some(r) => self.get(session, ctx, r).await,
+                None => Ok(false),
+            },
+            S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
+                if let Some(r) = self.node.dirty(&self.bucket, &key) {
+                    self.node.unindex(&r);
+                }
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn upstream_response_filter(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        if let Some(Mode(m)) = ctx.ext.get::<Mode>() {
+            resp.insert_header("x-floe-writeback", *m)
+                .map_err(internal)?;
+        }
+        Ok(())
+    }
+}

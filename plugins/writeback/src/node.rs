@@ -1,0 +1,185 @@
+//! This node's write-back state: its store, its fleet, the index of acknowledged writes not yet
+//! at the origin (by bucket and key, the latest acknowledgment winning), and the way it calls
+//! a fragment node (this node's own store directly, others over the peer API).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use floe_core::fleet::{Fleet, PeerCall, PeerError, PeerRef, PeerReply, PeerService};
+use tokio::sync::Notify;
+
+use crate::journal::{Placement, Record};
+use crate::service::{Store, SERVICE};
+
+/// How long one fragment call may take.
+pub const CALL_WAIT: Duration = Duration::from_secs(10);
+
+/// A node's write-back state.
+pub struct Node {
+    /// Fragment store and journal.
+    pub store: Arc<Store>,
+    /// The fleet.
+    pub fleet: Arc<dyn Fleet>,
+    dirty: RwLock<HashMap<(String, String), Arc<Record>>>,
+    /// Woken when a write is journaled (the propagator waits on it).
+    pub journaled: Notify,
+}
+
+impl Node {
+    /// A node over `store` in `fleet`.
+    pub fn new(store: Arc<Store>, fleet: Arc<dyn Fleet>) -> Self {
+        Self {
+            store,
+            fleet,
+            dirty: RwLock::default(),
+            journaled: Notify::new(),
+        }
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> &str {
+        &self.fleet.node_id()[..]
+    }
+
+    /// Sends `call` to the store of `peer` (this node's own without the network).
+    pub async fn call(
+        self: &Arc<Self>,
+        peer: &PeerRef,
+        call: PeerCall,
+    ) -> Result<PeerReply, PeerError> {
+        if *peer.id == *self.me() {
+            return Ok(self.serve(call).await);
+        }
+        self.fleet.call(peer, SERVICE, call, CALL_WAIT).await
+    }
+
+    /// Answers a call to this node's store: a journal copy is indexed (this node then serves
+    /// reads of its key), a freed write unindexed.
+    pub async fn serve(self: &Arc<Self>, call: PeerCall) -> PeerReply {
+        let store = self.store.clone();
+        let (method, path) = (call.method, call.path.clone());
+        let copy = (method == "PUT" && path == "/journal")
+            .then(|| serde_json::from_slice::<Record>(&call.body).ok())
+            .flatten();
+        let reply = match tokio::task::spawn_blocking(move || store.answer(&call)).await {
+            Ok(r) => r,
+            Err(e) => PeerReply {
+                status: 500,
+                body: e.to_string().into(),
+            },
+        };
+        if reply.status == 200 {
+            if let Some(r) = copy {
+                self.index(Arc::new(r));
+            } else if method == "DELETE" {
+                if let Some(id) = path
+                    .split("id=")
+                    .nth(1)
+                    .and_then(crate::id::ObjectId::parse)
+                {
+                    self.unindex_id(&id);
+                }
+            }
+        }
+        reply
+    }
+
+    /// Drops write `id` from the index, whatever its key.
+    pub fn unindex_id(&self, id: &crate::id::ObjectId) {
+        if let Ok(mut d) = self.dirty.write() {
+            d.retain(|_, r| r.id != *id);
+        }
+    }
+
+    /// The node holding `p`, by id (its address as placed, if it left the view).
+    pub fn peer_of(&self, p: &Placement) -> PeerRef {
+        self.fleet.member(&p.node).unwrap_or_else(|| {
+            Arc::new(floe_core::fleet::Peer {
+                id: Arc::from(p.node.as_str()),
+                addr: Arc::from(p.addr.as_str()),
+            })
+        })
+    }
+
+    /// The acknowledged, unpropagated write of (`bucket`, `key`), if there is one.
+    pub fn dirty(&self, bucket: &str, key: &str) -> Option<Arc<Record>> {
+        let d = self.dirty.read().ok()?;
+        d.get(&(bucket.to_owned(), key.to_owned())).cloned()
+    }
+
+    /// Indexes `r` unless a later write of its key is indexed; true when it was.
+    pub fn index(&self, r: Arc<Record>) -> bool {
+        let Ok(mut d) = self.dirty.write() else {
+            return false;
+        };
+        let k = (r.bucket.clone(), r.key.clone());
+        match d.get(&k) {
+            Some(cur) if cur.acked_ms > r.acked_ms => false,
+            _ => {
+                d.insert(k, r);
+                true
+            }
+        }
+    }
+
+    /// Drops `r` from the index if it is still the one indexed for its key; true when it was.
+    pub fn unindex(&self, r: &Record) -> bool {
+        let Ok(mut d) = self.dirty.write() else {
+            return false;
+        };
+        let k = (r.bucket.clone(), r.key.clone());
+        if d.get(&k).is_some_and(|cur| cur.id == r.id) {
+            d.remove(&k);
+            return true;
+        }
+        false
+    }
+
+    /// Every indexed write, oldest first.
+    pub fn all_dirty(&self) -> Vec<Arc<Record>> {
+        let mut v: Vec<Arc<Record>> = self
+            .dirty
+            .read()
+            .map(|d| d.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by_key(|r| r.acked_ms);
+        v
+    }
+
+    /// Frees the fragments and journal copies of `r` on every node that holds one (best
+    /// effort: a node that is down keeps its copy until its own scrub; its record names a
+    /// write the origin already has).
+    pub async fn free(self: &Arc<Self>, r: &Record) {
+        let mut nodes: Vec<&Placement> = r.placements.iter().collect();
+        nodes.dedup_by(|a, b| a.node == b.node);
+        let calls = nodes.into_iter().map(|p| {
+            let peer = self.peer_of(p);
+            let call = PeerCall {
+                method: "DELETE",
+                path: format!("/obj?id={}", r.id),
+                body: bytes::Bytes::new(),
+            };
+            async move { self.call(&peer, call).await }
+        });
+        for c in calls {
+            if let Err(e) = c.await {
+                tracing::debug!(id = %r.id, error = %e, "freeing a fragment failed");
+            }
+        }
+        let (store, id) = (self.store.clone(), r.id);
+        let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
+        self.unindex_id(&id);
+    }
+}
+
+/// The peer-API face of a node's store.
+pub struct NodeService(pub Arc<Node>);
+
+#[async_trait]
+impl PeerService for NodeService {
+    async fn call(&self, call: PeerCall) -> PeerReply {
+        self.0.serve(call).await
+    }
+}

@@ -1,0 +1,241 @@
+//! The `writeback` plugin: owns the top-level `writeback:` section and routes' `writeback:`
+//! options, opens the fragment store and journal, builds each route's stage, mounts the store
+//! on the fleet's peer API, runs the propagator ("floe-writeback-propagate") and answers
+//! `GET /writeback` on the admin listener.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use floe_core::config::{ConfigCx, ConfigError};
+use floe_core::fleet::{BlockAsk, Fleet, PeerBody, PeerError, PeerRef, PeerServer};
+use floe_core::plugin::{
+    AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx,
+    StartError,
+};
+use floe_core::{ETag, ObjectHead, RequestFilter};
+use pingora::services::background::background_service;
+use pingora::services::ServiceWithDependents;
+
+use crate::config::{self, Settings};
+use crate::filter::WritebackFilter;
+use crate::fragments::Fragments;
+use crate::journal::Journal;
+use crate::node::{Node, NodeService};
+use crate::propagate::{Counts, Origins, Propagator};
+use crate::service::{Store, SERVICE};
+
+/// The plugin's factory, as the proxy lists it.
+pub static FACTORY: WritebackFactory = WritebackFactory;
+
+/// Makes the `writeback` plugin.
+pub struct WritebackFactory;
+
+impl PluginFactory for WritebackFactory {
+    fn name(&self) -> &'static str {
+        "writeback"
+    }
+
+    fn sections(&self) -> &'static [&'static str] {
+        &["writeback"]
+    }
+
+    fn configure(&self, cx: &ConfigCx<'_>, text: &str) -> Result<Box<dyn Configured>, ConfigError> {
+        Ok(Box::new(WritebackConfig(config::parse(cx, text)?)))
+    }
+}
+
+/// The validated write-back config.
+#[derive(Debug)]
+pub struct WritebackConfig(Settings);
+
+#[async_trait]
+impl Configured for WritebackConfig {
+    fn check_route(&self, cx: &ConfigCx<'_>, key: &str) -> Result<(), ConfigError> {
+        match self.0.node {
+            Some(_) => Ok(()),
+            None => Err(cx.err(
+                key,
+                "the writeback filter needs a top-level writeback: section",
+            )),
+        }
+    }
+
+    async fn start(self: Box<Self>) -> Result<Arc<dyn Plugin>, StartError> {
+        let parts = match &self.0.node {
+            None => None,
+            Some(n) => Some((
+                Fragments::open(&n.fragments, n.capacity_bytes)
+                    .map_err(|e| format!("{}: {e}", n.fragments.display()))?,
+                Journal::open(&n.journal).map_err(|e| format!("{}: {e}", n.journal.display()))?,
+            )),
+        };
+        Ok(Arc::new(WritebackPlugin {
+            settings: self.0,
+            parts: Mutex::new(parts),
+            node: Arc::default(),
+            origins: Origins::default(),
+            counts: Arc::default(),
+        }))
+    }
+}
+
+/// The started plugin.
+pub struct WritebackPlugin {
+    settings: Settings,
+    parts: Mutex<Option<(Fragments, Journal)>>,
+    node: Arc<OnceLock<Arc<Node>>>,
+    origins: Origins,
+    counts: Arc<Counts>,
+}
+
+impl WritebackPlugin {
+    /// This node's write-back state, made at the first route's build (the fleet is known
+    /// then): the journal replays into the index and the store is mounted on the peer API.
+    fn node(&self, route: &RouteCx<'_>) -> Result<Arc<Node>, StartError> {
+        if let Some(n) = self.node.get() {
+            return Ok(n.clone());
+        }
+        let parts = self.parts.lock().ok().and_then(|mut p| p.take());
+        let Some((fragments, journal)) = parts else {
+            return Err("the writeback filter needs a top-level writeback: section".into());
+        };
+        let fleet: Arc<dyn Fleet> = route
+            .shared
+            .get::<Arc<dyn Fleet>>()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Alone(Arc::from("local"))));
+        let store = Arc::new(Store::new(fleet.node_id().clone(), fragments, journal));
+        let node = Arc::new(Node::new(store.clone(), fleet.clone()));
+        let records = store.journal.replay()?;
+        tracing::info!(records = records.len(), "write-back journal replayed");
+        for r in records {
+            node.index(Arc::new(r));
+        }
+        fleet.mount(SERVICE, Arc::new(NodeService(node.clone())));
+        let _ = self.node.set(node.clone());
+        Ok(self.node.get().cloned().unwrap_or(node))
+    }
+}
+
+impl Plugin for WritebackPlugin {
+    fn name(&self) -> &'static str {
+        "writeback"
+    }
+
+    fn build(&self, route: &RouteCx<'_>) -> Result<Arc<dyn RequestFilter>, StartError> {
+        let node = self.node(route)?;
+        let bucket = route
+            .bucket
+            .map(|b| b.as_str().to_owned())
+            .unwrap_or_default();
+        if let (Some(origin), Ok(mut o)) = (route.origin.clone(), self.origins.write()) {
+            o.insert(bucket.clone(), origin);
+        }
+        Ok(Arc::new(WritebackFilter {
+            node,
+            opts: self.settings.routes.get(&bucket).copied(),
+            bucket,
+            origins: self.origins.clone(),
+        }))
+    }
+
+    fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
+        Some(Arc::new(Admin {
+            node: self.node.clone(),
+            counts: self.counts.clone(),
+        }))
+    }
+
+    fn background(&self) -> Vec<Box<dyn ServiceWithDependents>> {
+        let (Some(node), Some(n)) = (self.node.get(), &self.settings.node) else {
+            return Vec::new();
+        };
+        vec![Box::new(background_service(
+            "floe-writeback-propagate",
+            Propagator {
+                node: node.clone(),
+                origins: self.origins.clone(),
+                retry_max: Duration::from_millis(n.retry_max_ms),
+                counts: self.counts.clone(),
+            },
+        ))]
+    }
+}
+
+/// `GET /writeback`: what is staged and not yet at the origin, and what propagation did.
+struct Admin {
+    node: Arc<OnceLock<Arc<Node>>>,
+    counts: Arc<Counts>,
+}
+
+#[async_trait]
+impl AdminHandler for Admin {
+    async fn handle(&self, req: &AdminRequest) -> Option<AdminResponse> {
+        if req.path != "/writeback" {
+            return None;
+        }
+        let Some(node) = self.node.get() else {
+            return Some(AdminResponse::json(
+                200,
+                serde_json::json!({"enabled": false}),
+            ));
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let dirty = node.all_dirty();
+        let mine: Vec<_> = dirty
+            .iter()
+            .filter(|r| r.coordinator == node.me())
+            .collect();
+        let c = &self.counts;
+        Some(AdminResponse::json(
+            200,
+            serde_json::json!({
+                "enabled": true,
+                "node": node.me(),
+                "dirty_objects": mine.len(),
+                "dirty_bytes": mine.iter().map(|r| r.geometry.size).sum::<u64>(),
+                "oldest_age_ms": mine.first().map_or(0, |r| now.saturating_sub(r.acked_ms)),
+                "indexed_objects": dirty.len(),
+                "fragment_bytes": node.store.fragments.used(),
+                "fragment_ceiling_bytes": node.store.fragments.ceiling(),
+                "propagated": c.propagated.load(Ordering::Relaxed),
+                "propagated_bytes": c.bytes.load(Ordering::Relaxed),
+                "propagation_failures": c.failures.load(Ordering::Relaxed),
+                "superseded": c.superseded.load(Ordering::Relaxed),
+                "corrupt_shards": crate::metrics::corrupt_total(),
+                "repairs": 0,
+            }),
+        ))
+    }
+}
+
+/// The fleet of a node without a `fleet:` section: itself, placing nothing (every write-back
+/// PUT then goes straight to the origin, as fewer than w nodes are eligible).
+struct Alone(Arc<str>);
+
+#[async_trait]
+impl Fleet for Alone {
+    fn node_id(&self) -> &Arc<str> {
+        &self.0
+    }
+    fn owner(&self, _bucket: &str, _key: &str, _index: u64) -> Option<PeerRef> {
+        None
+    }
+    async fn head(
+        &self,
+        _: &PeerRef,
+        _: &str,
+        _: &str,
+        _: Option<&ETag>,
+    ) -> Result<ObjectHead, PeerError> {
+        Err(PeerError::Unavailable("no fleet".into()))
+    }
+    async fn blocks(&self, _: &PeerRef, _: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
+        Err(PeerError::Unavailable("no fleet".into()))
+    }
+    fn serve(&self, _bucket: &str, _server: Arc<dyn PeerServer>) {}
+}

@@ -1,0 +1,163 @@
+//! Propagation: the coordinator uploads each write it acknowledged to the origin, rebuilt from
+//! its fragments, with `Content-MD5` so the origin itself checks the bytes; only once the
+//! origin answered 200 are the journal record and the fragments freed. Failures back off
+//! (doubling from 250 ms to `retry_max_ms`). A write superseded by a later one of its key is
+//! freed without an upload: the later one wins, as it would at the origin.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use base64::Engine;
+use floe_core::{BucketName, ObjectKey, OriginError, OriginReader};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use crate::journal::Record;
+use crate::node::Node;
+
+/// Origins by route bucket (each route's stage registers its own).
+pub type Origins = Arc<RwLock<HashMap<String, Arc<dyn OriginReader>>>>;
+
+/// What propagation has done (shown by `GET /writeback`).
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Writes uploaded to the origin.
+    pub propagated: AtomicU64,
+    /// Bytes uploaded.
+    pub bytes: AtomicU64,
+    /// Uploads that failed (and will be retried).
+    pub failures: AtomicU64,
+    /// Writes freed unpropagated because a later write of their key superseded them.
+    pub superseded: AtomicU64,
+}
+
+/// Uploads `r` to `origin`.
+pub async fn upload(
+    node: &Arc<Node>,
+    origin: &dyn OriginReader,
+    r: &Arc<Record>,
+) -> Result<(), OriginError> {
+    let bad = |e: floe_core::NameError| OriginError::Transport(e.to_string());
+    let bucket = BucketName::parse(&r.bucket).map_err(bad)?;
+    let key = ObjectKey::parse(&r.key).map_err(bad)?;
+    let mut headers = r.headers.clone();
+    let md5 =
+        hex::decode(r.etag.trim_matches('"')).map_err(|e| OriginError::Transport(e.to_string()))?;
+    headers.push((
+        "content-md5".into(),
+        base64::engine::general_purpose::STANDARD.encode(md5),
+    ));
+    let size = r.geometry.size;
+    let body = node.range(r.clone(), 0, size.saturating_sub(1));
+    let body: Box<dyn floe_core::ByteStream> = if size == 0 {
+        Box::new(Empty)
+    } else {
+        Box::new(body)
+    };
+    let etag = origin.put(&bucket, &key, size, &headers, body).await?;
+    if etag.as_str() != r.etag {
+        // Content-MD5 made the origin check the bytes; an origin whose ETag is not the MD5
+        // (SSE-KMS, say) answers another one.
+        tracing::debug!(id = %r.id, origin = %etag.as_str(), "origin ETag is not the MD5");
+    }
+    Ok(())
+}
+
+struct Empty;
+
+#[async_trait]
+impl floe_core::ByteStream for Empty {
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, OriginError> {
+        Ok(None)
+    }
+}
+
+/// The propagation worker ("floe-writeback-propagate").
+pub struct Propagator {
+    /// This node's write-back state.
+    pub node: Arc<Node>,
+    /// Origins by bucket.
+    pub origins: Origins,
+    /// Longest retry wait.
+    pub retry_max: Duration,
+    /// Progress.
+    pub counts: Arc<Counts>,
+}
+
+impl Propagator {
+    /// One pass over this node's dirty writes; returns when the next one is due.
+    async fn pass(&self, due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>) -> Duration {
+        let mut wait = self.retry_max;
+        let me = self.node.me().to_owned();
+        for r in self
+            .node
+            .all_dirty()
+            .into_iter()
+            .filter(|r| r.coordinator == me)
+        {
+            let now = Instant::now();
+            if let Some((at, _)) = due.get(&r.id) {
+                if *at > now {
+                    wait = wait.min(*at - now);
+                    continue;
+                }
+            }
+            if self
+                .node
+                .dirty(&r.bucket, &r.key)
+                .is_none_or(|cur| cur.id != r.id)
+            {
+                self.counts.superseded.fetch_add(1, Ordering::Relaxed);
+                self.node.free(&r).await;
+                continue;
+            }
+            let origin = self
+                .origins
+                .read()
+                .ok()
+                .and_then(|o| o.get(&r.bucket).cloned());
+            let Some(origin) = origin else {
+                wait = wait.min(Duration::from_millis(250));
+                continue;
+            };
+            match upload(&self.node, &*origin, &r).await {
+                Ok(()) => {
+                    self.counts.propagated.fetch_add(1, Ordering::Relaxed);
+                    self.counts
+                        .bytes
+                        .fetch_add(r.geometry.size, Ordering::Relaxed);
+                    due.remove(&r.id);
+                    self.node.free(&r).await;
+                }
+                Err(e) => {
+                    self.counts.failures.fetch_add(1, Ordering::Relaxed);
+                    let back = due.get(&r.id).map_or(Duration::from_millis(250), |(_, b)| {
+                        (*b * 2).min(self.retry_max)
+                    });
+                    tracing::info!(id = %r.id, key = %r.key, error = %e, retry_in = ?back, "propagation failed");
+                    due.insert(r.id, (Instant::now() + back, back));
+                    wait = wait.min(back);
+                }
+            }
+        }
+        wait
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Propagator {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut due = HashMap::new();
+        loop {
+            let wait = self.pass(&mut due).await;
+            tokio::select! {
+                _ = self.node.journaled.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}

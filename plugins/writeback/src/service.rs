@@ -1,0 +1,220 @@
+//! This node's side of write-back on the peer API (`/v1/x/wb/...`), the same for a call from
+//! another node and from this node's own coordinator:
+//!
+//! - `PUT /frag?id=I&idx=N&len=L&off=O` appends the body to fragment `N` of `I` (announced
+//!   `L` bytes long; the first piece reserves them, 507 over the ceiling; 409 out of order);
+//! - `POST /commit?id=I&idx=N` fsyncs it into place and answers 200 with this node's id: the
+//!   durability report;
+//! - `GET /frag?id=I&idx=N&off=O&len=L` reads it; `DELETE /obj?id=I` frees every fragment and
+//!   journal copy of `I` kept here;
+//! - `PUT /journal` keeps a copy of a coordinator's journal record.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use floe_core::fleet::{PeerCall, PeerReply};
+
+use crate::fragments::{FragmentWriter, Fragments};
+use crate::id::ObjectId;
+use crate::journal::{Journal, Record};
+
+/// The service's name on the peer API.
+pub const SERVICE: &str = "wb";
+
+/// A node's fragment store and journal, as the peer API serves them.
+pub struct Store {
+    /// This node's id.
+    pub node: Arc<str>,
+    /// Fragments kept here.
+    pub fragments: Fragments,
+    /// Journal records (this node's and copies).
+    pub journal: Journal,
+    receiving: Mutex<HashMap<(ObjectId, u8), FragmentWriter>>,
+}
+
+fn reply(status: u16, body: impl Into<Bytes>) -> PeerReply {
+    PeerReply {
+        status,
+        body: body.into(),
+    }
+}
+
+fn params(path: &str) -> (&str, HashMap<&str, &str>) {
+    let (p, q) = path.split_once('?').unwrap_or((path, ""));
+    let q = q.split('&').filter_map(|kv| kv.split_once('=')).collect();
+    (p, q)
+}
+
+impl Store {
+    /// A store over `fragments` and `journal`.
+    pub fn new(node: Arc<str>, fragments: Fragments, journal: Journal) -> Self {
+        Self {
+            node,
+            fragments,
+            journal,
+            receiving: Mutex::default(),
+        }
+    }
+
+    /// Answers one call (blocking file I/O: run it on a blocking thread).
+    pub fn answer(&self, call: &PeerCall) -> PeerReply {
+        let (path, q) = params(&call.path);
+        let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+        let id = q.get("id").and_then(|v| ObjectId::parse(v));
+        let idx = num("idx").and_then(|i| u8::try_from(i).ok());
+        match (call.method, path, id, idx) {
+            ("PUT", "/frag", Some(id), Some(idx)) => match (num("len"), num("off")) {
+                (Some(len), Some(off)) => self.append(id, idx, len, off, &call.body),
+                _ => reply(400, "len and off"),
+            },
+            ("POST", "/commit", Some(id), Some(idx)) => self.commit(id, idx),
+            ("GET", "/frag", Some(id), Some(idx)) => match (num("off"), num("len")) {
+                (Some(off), Some(len)) => match self.fragments.read(&id, idx, off, len) {
+                    Ok(b) if b.len() as u64 == len => reply(200, b),
+                    Ok(_) => reply(416, "short fragment"),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        reply(404, "no such fragment")
+                    }
+                    Err(e) => reply(500, e.to_string()),
+                },
+                _ => reply(400, "off and len"),
+            },
+            ("DELETE", "/obj", Some(id), _) => match self.forget(&id) {
+                Ok(()) => reply(200, ""),
+                Err(e) => reply(500, e.to_string()),
+            },
+            ("PUT", "/journal", _, _) => match serde_json::from_slice::<Record>(&call.body) {
+                Ok(r) => match self.journal.keep(&r) {
+                    Ok(()) => reply(200, ""),
+                    Err(e) => reply(500, e.to_string()),
+                },
+                Err(e) => reply(400, e.to_string()),
+            },
+            _ => reply(400, "unknown write-back call"),
+        }
+    }
+
+    fn append(&self, id: ObjectId, idx: u8, len: u64, off: u64, body: &[u8]) -> PeerReply {
+        let key = (id, idx);
+        let taken = self.receiving.lock().ok().and_then(|mut r| r.remove(&key));
+        let mut w = match (taken, off) {
+            (Some(w), _) if w.written() == off => w,
+            (Some(w), _) => {
+                if let Ok(mut r) = self.receiving.lock() {
+                    r.insert(key, w);
+                }
+                return reply(409, "fragment piece out of order");
+            }
+            (None, 1..) => return reply(409, "fragment piece out of order"),
+            (None, 0) => {
+                let Some(r) = self.fragments.reserve(len) else {
+                    return reply(507, "write-back ceiling reached");
+                };
+                match self.fragments.writer(&id, idx, len, &self.node, r) {
+                    Ok(w) => w,
+                    Err(e) => return reply(500, e.to_string()),
+                }
+            }
+        };
+        if let Err(e) = w.append(body) {
+            return reply(400, e.to_string());
+        }
+        if let Ok(mut r) = self.receiving.lock() {
+            r.insert(key, w);
+        }
+        reply(200, "")
+    }
+
+    fn commit(&self, id: ObjectId, idx: u8) -> PeerReply {
+        let taken = self
+            .receiving
+            .lock()
+            .ok()
+            .and_then(|mut r| r.remove(&(id, idx)));
+        let Some(w) = taken else {
+            return reply(409, "no such fragment being received");
+        };
+        match w.finish() {
+            Ok(_) => reply(200, self.node.to_string()),
+            Err(e) => reply(500, e.to_string()),
+        }
+    }
+
+    /// Frees every fragment and the journal record of `id` kept here.
+    pub fn forget(&self, id: &ObjectId) -> std::io::Result<()> {
+        for idx in 0..32u8 {
+            if let Ok(mut r) = self.receiving.lock() {
+                r.remove(&(*id, idx));
+            }
+            if self.fragments.has(id, idx) {
+                self.fragments.remove(id, idx)?;
+            }
+        }
+        self.journal.remove(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(method: &'static str, path: String, body: &[u8]) -> PeerCall {
+        PeerCall {
+            method,
+            path,
+            body: Bytes::copy_from_slice(body),
+        }
+    }
+
+    #[test]
+    fn a_fragment_arrives_in_pieces_commits_and_reads_back() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(
+            Arc::from("n1"),
+            Fragments::open(&d.path().join("f"), 1000).unwrap(),
+            Journal::open(&d.path().join("j")).unwrap(),
+        );
+        let id = ObjectId::random();
+        let put = |off: u64, b: &[u8]| {
+            s.answer(&call(
+                "PUT",
+                format!("/frag?id={id}&idx=2&len=6&off={off}"),
+                b,
+            ))
+        };
+        assert_eq!(put(0, b"abc").status, 200);
+        assert_eq!(
+            put(0, b"abc").status,
+            409,
+            "a repeated piece is out of order"
+        );
+        assert_eq!(put(3, b"def").status, 200);
+        let rep = s.answer(&call("POST", format!("/commit?id={id}&idx=2"), b""));
+        assert_eq!((rep.status, &rep.body[..]), (200, &b"n1"[..]));
+        let got = s.answer(&call(
+            "GET",
+            format!("/frag?id={id}&idx=2&off=1&len=4"),
+            b"",
+        ));
+        assert_eq!(&got.body[..], b"bcde");
+        let big = s.answer(&call(
+            "PUT",
+            format!("/frag?id={id}&idx=3&len=5000&off=0"),
+            b"x",
+        ));
+        assert_eq!(big.status, 507);
+        assert_eq!(
+            s.answer(&call("DELETE", format!("/obj?id={id}"), b""))
+                .status,
+            200
+        );
+        let gone = s.answer(&call(
+            "GET",
+            format!("/frag?id={id}&idx=2&off=0&len=1"),
+            b"",
+        ));
+        assert_eq!(gone.status, 404);
+        assert_eq!(s.fragments.used(), 0);
+    }
+}

@@ -1,0 +1,336 @@
+//! The coordinator: a PUT's body is encoded one stripe at a time (memory bounded by the stripe
+//! whatever the object size) and each fragment streamed to its own node, in rendezvous order
+//! over the write's id. At the w-th fsync report the journal record is fsynced, and only then
+//! is the write acknowledged (the types make that the only way: see [`crate::journal`]).
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use floe_core::fleet::{PeerCall, PeerRef};
+use floe_core::{S3Error, S3ErrorCode};
+use md5::{Digest, Md5};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::codec::{self, Encoder, Geometry};
+use crate::config::RouteOptions;
+use crate::fragments::FsyncReport;
+use crate::id::ObjectId;
+use crate::journal::{Acked, Placement, Quorum, Record};
+use crate::node::Node;
+
+/// A request body as the coordinator reads it.
+#[async_trait]
+pub trait BodySource: Send {
+    /// The next piece; `Ok(None)` at the end.
+    async fn next(&mut self) -> Result<Option<Bytes>, S3Error>;
+}
+
+/// What became of a PUT.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Durable across the fleet and journaled: answer 200 (`x-floe-writeback: staged`).
+    Staged(Acked),
+    /// Fewer than w fragments were durable but at least k: nothing is acknowledged until the
+    /// caller wrote the object (rebuilt from them) to the origin (`x-floe-writeback: sync`),
+    /// then freed the fragments.
+    NeedsSync(Box<Record>),
+}
+
+/// A write's placement, decided before its body is read.
+pub struct Plan {
+    id: ObjectId,
+    geo: Geometry,
+    targets: Vec<PeerRef>,
+    w: usize,
+}
+
+/// What the coordinator writes: the object's identity and stored headers.
+pub struct Object<'a> {
+    /// Bucket.
+    pub bucket: &'a str,
+    /// Key.
+    pub key: &'a str,
+    /// Headers kept with the object.
+    pub headers: Vec<(String, String)>,
+}
+
+fn internal(why: impl std::fmt::Display) -> S3Error {
+    S3Error::new(S3ErrorCode::InternalError, why.to_string())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Node {
+    /// Where a write of `size` bytes would go, or `None` when fewer than w nodes are eligible
+    /// (the PUT then goes straight to the origin).
+    pub fn plan(&self, o: &RouteOptions, size: u64) -> Option<Plan> {
+        if size > o.max_object_bytes {
+            return None;
+        }
+        let id = ObjectId::random();
+        let width = usize::from(o.k) + usize::from(o.m);
+        let targets: Vec<PeerRef> = self
+            .fleet
+            .ranked(&id.to_string())
+            .into_iter()
+            .take(width)
+            .collect();
+        (targets.len() >= usize::from(o.w)).then(|| Plan {
+            id,
+            geo: Geometry {
+                k: o.k,
+                m: o.m,
+                stripe_bytes: o.stripe_bytes,
+                size,
+            },
+            targets,
+            w: usize::from(o.w),
+        })
+    }
+
+    /// Stages `body` as planned; see [`Outcome`]. Fewer than k durable fragments is a 503
+    /// SlowDown, never a false 200.
+    pub async fn stage(
+        self: &Arc<Self>,
+        plan: Plan,
+        obj: Object<'_>,
+        body: &mut dyn BodySource,
+    ) -> Result<Outcome, S3Error> {
+        let Plan {
+            id,
+            geo,
+            targets,
+            w,
+        } = plan;
+        let mut senders = Vec::new();
+        let mut tasks = JoinSet::new();
+        for (i, peer) in targets.iter().enumerate() {
+            let (tx, rx) = mpsc::channel::<Bytes>(2);
+            senders.push(Some(tx));
+            let me = self.clone();
+            let peer = peer.clone();
+            tasks.spawn(async move { me.send_fragment(id, i as u8, geo, peer, rx).await });
+        }
+        let etag = match self.encode(id, geo, body, &mut senders).await {
+            Ok(e) => e,
+            Err(e) => {
+                drop(senders);
+                tasks.abort_all();
+                self.abandon(id, &targets).await;
+                return Err(e);
+            }
+        };
+        drop(senders);
+        let mut reports = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Some(rep)) = r {
+                reports.push(rep);
+            }
+        }
+        let placements: Vec<Placement> = reports
+            .iter()
+            .map(|r| Placement {
+                index: r.index,
+                node: r.node.clone(),
+                addr: targets
+                    .get(usize::from(r.index))
+                    .map_or(String::new(), |p| p.addr.to_string()),
+            })
+            .collect();
+        let record = Record {
+            id,
+            bucket: obj.bucket.to_owned(),
+            key: obj.key.to_owned(),
+            etag,
+            headers: obj.headers,
+            geometry: geo,
+            placements,
+            coordinator: self.me().to_owned(),
+            acked_ms: now_ms(),
+        };
+        let got = reports.len();
+        match Quorum::count(reports, w) {
+            Ok(q) => self.journal(record, q).await.map(Outcome::Staged),
+            Err(short) if got >= usize::from(geo.k) => {
+                tracing::warn!(id = %id, %short, "fragments short of the quorum: writing the origin first");
+                Ok(Outcome::NeedsSync(Box::new(record)))
+            }
+            Err(short) => {
+                self.abandon(id, &targets).await;
+                Err(S3Error::new(
+                    S3ErrorCode::SlowDown,
+                    format!("the write could not be made durable ({short}); retry"),
+                ))
+            }
+        }
+    }
+
+    /// Reads the body, checks its length, encodes it stripe by stripe and hands each fragment
+    /// its shard; returns the quoted MD5 ETag.
+    async fn encode(
+        self: &Arc<Self>,
+        id: ObjectId,
+        geo: Geometry,
+        body: &mut dyn BodySource,
+        senders: &mut [Option<mpsc::Sender<Bytes>>],
+    ) -> Result<String, S3Error> {
+        let stripe = geo.stripe_bytes as usize;
+        let mut md5 = Md5::new();
+        let mut buf = BytesMut::with_capacity(stripe.min(geo.size as usize));
+        let mut enc = Some(Encoder::new(geo));
+        let (mut j, mut total) = (0u64, 0u64);
+        let headers: Vec<Bytes> = (0..senders.len())
+            .map(|i| codec::header(&geo, i as u8, id.bytes()))
+            .collect();
+        if geo.size == 0 {
+            for (i, h) in headers.iter().enumerate() {
+                send(&mut senders[i], h.clone()).await;
+            }
+        }
+        while let Some(piece) = body.next().await? {
+            total += piece.len() as u64;
+            if total > geo.size {
+                return Err(S3Error::new(
+                    S3ErrorCode::InvalidRequest,
+                    "body longer than its length",
+                ));
+            }
+            md5.update(&piece);
+            buf.extend_from_slice(&piece);
+            while buf.len() >= stripe || (total == geo.size && !buf.is_empty()) {
+                let data = buf.split_to(stripe.min(buf.len())).freeze();
+                let mut e = enc.take().ok_or_else(|| internal("encoder lost"))?;
+                let (e, shards) = tokio::task::spawn_blocking(move || {
+                    let s = e.encode(j, &data);
+                    (e, s)
+                })
+                .await
+                .map_err(internal)?;
+                enc = Some(e);
+                for (i, shard) in shards.map_err(internal)?.into_iter().enumerate() {
+                    let piece = if j == 0 {
+                        [headers[i].clone(), shard].concat().into()
+                    } else {
+                        shard
+                    };
+                    send(&mut senders[i], piece).await;
+                }
+                j += 1;
+            }
+        }
+        if total != geo.size {
+            return Err(S3Error::new(
+                S3ErrorCode::IncompleteBody,
+                format!("{total} of {} bytes received", geo.size),
+            ));
+        }
+        Ok(format!("\"{}\"", hex::encode(md5.finalize())))
+    }
+
+    /// Streams fragment `index` to `peer`: the pieces on `rx`, then a commit. `None` when any
+    /// step failed (the fragment does not count).
+    async fn send_fragment(
+        self: &Arc<Self>,
+        id: ObjectId,
+        index: u8,
+        geo: Geometry,
+        peer: PeerRef,
+        mut rx: mpsc::Receiver<Bytes>,
+    ) -> Option<FsyncReport> {
+        let len = geo.fragment_len();
+        let mut off = 0u64;
+        let mut failed = false;
+        while let Some(piece) = rx.recv().await {
+            if failed {
+                continue; // drain, so the encoder never waits on a dead fragment
+            }
+            let call = PeerCall {
+                method: "PUT",
+                path: format!("/frag?id={id}&idx={index}&len={len}&off={off}"),
+                body: piece.clone(),
+            };
+            match self.call(&peer, call).await {
+                Ok(r) if r.status == 200 => off += piece.len() as u64,
+                other => {
+                    tracing::debug!(peer = %peer.id, index, ?other, "fragment piece refused");
+                    failed = true;
+                }
+            }
+        }
+        if failed || off != len {
+            return None;
+        }
+        let call = PeerCall {
+            method: "POST",
+            path: format!("/commit?id={id}&idx={index}"),
+            body: Bytes::new(),
+        };
+        match self.call(&peer, call).await {
+            Ok(r) if r.status == 200 => Some(FsyncReport::answered(
+                index,
+                String::from_utf8_lossy(&r.body).into_owned(),
+                len,
+            )),
+            _ => None,
+        }
+    }
+
+    /// Journals `record` with its quorum, copies the record to its fragment nodes and
+    /// indexes it.
+    async fn journal(self: &Arc<Self>, record: Record, q: Quorum) -> Result<Acked, S3Error> {
+        let store = self.store.clone();
+        let acked = tokio::task::spawn_blocking(move || store.journal.commit(record, q))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        self.replicate(&acked.record).await;
+        self.index(Arc::new(acked.record.clone()));
+        self.journaled.notify_one();
+        Ok(acked)
+    }
+
+    /// Copies `r` to the other nodes that hold its fragments (best effort).
+    pub async fn replicate(self: &Arc<Self>, r: &Record) {
+        let Ok(doc) = serde_json::to_vec(r) else {
+            return;
+        };
+        let doc = Bytes::from(doc);
+        for p in r.placements.iter().filter(|p| p.node != self.me()) {
+            let call = PeerCall {
+                method: "PUT",
+                path: "/journal".into(),
+                body: doc.clone(),
+            };
+            if let Err(e) = self.call(&self.peer_of(p), call).await {
+                tracing::debug!(node = %p.node, error = %e, "journal copy failed");
+            }
+        }
+    }
+
+    async fn abandon(self: &Arc<Self>, id: ObjectId, targets: &[PeerRef]) {
+        for peer in targets {
+            let call = PeerCall {
+                method: "DELETE",
+                path: format!("/obj?id={id}"),
+                body: Bytes::new(),
+            };
+            let _ = self.call(peer, call).await;
+        }
+    }
+}
+
+/// Sends a piece to a fragment's task; a task that ended (failed) is dropped.
+async fn send(tx: &mut Option<mpsc::Sender<Bytes>>, piece: Bytes) {
+    if let Some(t) = tx {
+        if t.send(piece).await.is_err() {
+            *tx = None;
+        }
+    }
+}

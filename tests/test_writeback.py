@@ -1,0 +1,120 @@
+"""Write-back across a fleet: PUTs acknowledged once durable as Reed-Solomon fragments on
+distinct nodes, read back at once through any node, propagated to the origin, never lost."""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import BUCKET, s3_client
+from fleet import Node, start_fleet, wait_until
+from relay import Relay
+from test_blocks import get
+
+MiB = 1 << 20
+WB = dict(filters="sigv4, writeback, blocks",
+          extra_route="    writeback: {k: 2, m: 1, w: 3, stripe_bytes: 262144}",
+          extra_top="writeback: {dir: '{dir}/wb', capacity_bytes: 268435456, retry_max_ms: 500}")
+
+
+@pytest.fixture
+def wb(minio, tmp_path):
+    relay = Relay(minio.port)
+    nodes = start_fleet(tmp_path, relay.port, n=3, **WB)
+    yield nodes, relay, tmp_path
+    for nd in nodes:
+        nd.stop()
+    relay.down()
+
+
+def put(node, key, body):
+    r = s3_client(node.port).put_object(Bucket=BUCKET, Key=key, Body=body)
+    return r["ResponseMetadata"]["HTTPHeaders"]
+
+
+def at_origin(direct, key):
+    try:
+        return direct.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    except direct.exceptions.NoSuchKey:
+        return None
+
+
+def test_a_put_is_staged_read_everywhere_at_once_and_reaches_the_origin(wb, direct):
+    nodes, relay, _ = wb
+    relay.down()  # the origin is away: the write can only be in the fleet
+    body = os.urandom(3 * MiB + 17)
+    h = put(nodes[0], "wb/data/00000-a.parquet", body)
+    assert h["x-floe-writeback"] == "staged"
+    for nd in nodes:
+        r = get(nd.port, "wb/data/00000-a.parquet")
+        assert r.status == 200 and r.data == body, nd.name
+        part = get(nd.port, "wb/data/00000-a.parquet", rng="bytes=262000-600000")
+        assert part.status == 206 and part.data == body[262000:600001]
+    assert nodes[0].admin("GET", "/writeback")["dirty_objects"] == 1
+    relay.up()
+    wait_until("the write to reach the origin",
+               lambda: at_origin(direct, "wb/data/00000-a.parquet") == body)
+    wait_until("the fragments to be freed", lambda: all(
+        nd.admin("GET", "/writeback")["fragment_bytes"] == 0 for nd in nodes))
+    assert nodes[0].admin("GET", "/writeback")["propagated"] == 1
+
+
+def test_the_coordinator_killed_after_the_ack_propagates_after_its_restart(wb, direct):
+    nodes, relay, tmp = wb
+    relay.down()
+    body = os.urandom(MiB + 5)
+    assert put(nodes[1], "wb/data/00001-k.parquet", body)["x-floe-writeback"] == "staged"
+    nodes[1].kill()
+    seeds = [nd.peer_port for nd in nodes if nd is not nodes[1]]
+    again = Node(tmp, "floe-1", relay.port, nodes[1].peer_port, seeds, **WB)
+    nodes[1] = again
+    relay.up()
+    wait_until("the restarted coordinator to propagate its journal",
+               lambda: at_origin(direct, "wb/data/00001-k.parquet") == body, timeout=30)
+
+
+def test_a_corrupt_shard_is_an_erasure_and_too_few_intact_is_an_error_never_wrong_bytes(wb, direct):
+    nodes, relay, tmp = wb
+    relay.down()
+    body = os.urandom(2 * MiB + 3)
+    assert put(nodes[0], "wb/data/00002-c.parquet", body)["x-floe-writeback"] == "staged"
+    frags = sorted(Path(tmp).glob("floe-*/wb/fragments/*.[0-9]"))
+    assert len(frags) == 3, frags  # k + m fragments, one per node
+    # A flipped byte in the first shard of one fragment: read as an erasure, rebuilt from parity.
+    bad, = [f for f in frags if f.name.endswith(".0")]
+    raw = bytearray(bad.read_bytes())
+    raw[100] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    for nd in nodes:
+        assert get(nd.port, "wb/data/00002-c.parquet").data == body, nd.name
+    assert sum(nd.metric("floe_writeback_corrupt_shards_total") for nd in nodes) > 0
+    # Lose a node holding an intact fragment too: one intact shard of two needed.
+    holder = next(nd for nd in nodes if nd.name in str(next(f for f in frags if f != bad)))
+    holder.kill()
+    reader = next(nd for nd in nodes if nd is not holder)
+    r = get(reader.port, "wb/data/00002-c.parquet")
+    assert r.status == 500 and b"<Code>InternalError</Code>" in r.data  # never wrong bytes
+
+
+def test_losing_m_nodes_still_reads_every_byte(wb, direct):
+    nodes, relay, tmp = wb
+    relay.down()
+    body = os.urandom(MiB + 11)
+    assert put(nodes[0], "wb/data/00004-m.parquet", body)["x-floe-writeback"] == "staged"
+    nodes[2].kill()  # m = 1
+    for nd in nodes[:2]:
+        assert get(nd.port, "wb/data/00004-m.parquet").data == body, nd.name
+
+
+def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    nodes = start_fleet(tmp_path, relay.port, n=2, **WB)  # w = 3 > 2 nodes
+    try:
+        body = os.urandom(1000)
+        h = put(nodes[0], "wb/data/00003-d.parquet", body)
+        assert h["x-floe-writeback"] == "direct"
+        assert at_origin(direct, "wb/data/00003-d.parquet") == body
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
