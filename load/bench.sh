@@ -18,4 +18,5 @@ command -v perf >/dev/null || apt-get install -y linux-perf || true
 (cd load/loadgen && go build -o "$FLOE_CACHE/bin/floe-loadgen" .)
 cargo build --release --bin floe-proxy
 "$PY" load/bench.py "$@"
-FLOE_BIN="$CARGO_TARGET_DIR/release/floe-proxy" exec "$PY" load/fleet_bench.py
+FLOE_BIN="$CARGO_TARGET_DIR/release/floe-proxy" "$PY" load/fleet_bench.py
+FLOE_BIN="$CARGO_TARGET_DIR/release/floe-proxy" exec "$PY" load/writeback_bench.py

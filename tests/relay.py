@@ -22,6 +22,7 @@ class Relay:
         self.lines = []  # (method, target) of each request line toward the origin, in order
         self.cut_after = None  # cut the next response after this many bytes
         self.delay = 0  # seconds added before each request is forwarded (origin latency)
+        self.refuse = set()  # request methods answered 503 here (an origin refusing writes)
         self.conns = set()
         self.listener = None
         self.port = None
@@ -52,7 +53,8 @@ class Relay:
             _reset(c)
 
     def up(self):
-        self.start(self.port)
+        if not self.listener:
+            self.start(self.port)
 
     def sent(self):
         with self.lock:
@@ -105,6 +107,14 @@ class Relay:
                         self.lines.append((m.group(1).decode(), m.group(2).decode()))
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
+            if to_origin and m and m.group(1).decode() in self.refuse:
+                try:
+                    src.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                except OSError:
+                    pass
+                _reset(src)
+                _reset(dst)
+                return
             if to_origin and m and self.delay:
                 time.sleep(self.delay)  # simulated origin latency, not synchronisation
             if budget is not None and not to_origin:

@@ -106,6 +106,70 @@ def test_losing_m_nodes_still_reads_every_byte(wb, direct):
         assert get(nd.port, "wb/data/00004-m.parquet").data == body, nd.name
 
 
+def test_lists_through_any_node_show_staged_writes_merged_in_order(wb, direct):
+    nodes, relay, _ = wb
+    direct.put_object(Bucket=BUCKET, Key="wb/list/b.parquet", Body=b"origin")
+    direct.put_object(Bucket=BUCKET, Key="wb/list/d/x.parquet", Body=b"origin")
+    relay.refuse = {"PUT"}  # the origin lists, but takes no write: the writes stay staged
+    put(nodes[0], "wb/list/a.parquet", b"a" * 10)
+    put(nodes[0], "wb/list/c.parquet", b"c" * 30)
+    put(nodes[1], "wb/list/e/y.parquet", b"e")
+    for nd in nodes:
+        s3 = s3_client(nd.port)
+        got = s3.list_objects_v2(Bucket=BUCKET, Prefix="wb/list/")
+        assert [(o["Key"], o["Size"]) for o in got["Contents"]] == [
+            ("wb/list/a.parquet", 10), ("wb/list/b.parquet", 6), ("wb/list/c.parquet", 30),
+            ("wb/list/d/x.parquet", 6), ("wb/list/e/y.parquet", 1)], nd.name
+        assert got["KeyCount"] == 5
+        rolled = s3.list_objects_v2(Bucket=BUCKET, Prefix="wb/list/", Delimiter="/")
+        assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["wb/list/d/", "wb/list/e/"]
+        v1 = s3.list_objects(Bucket=BUCKET, Prefix="wb/list/", Marker="wb/list/b.parquet")
+        assert [o["Key"] for o in v1["Contents"]][:2] == ["wb/list/c.parquet", "wb/list/d/x.parquet"]
+    relay.refuse = set()
+    wait_until("the staged writes to reach the origin", lambda: at_origin(direct, "wb/list/c.parquet"))
+
+
+def test_a_lost_fragment_node_and_a_corrupt_fragment_are_rebuilt_while_the_write_waits(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    fast = dict(WB, extra_top="writeback: {dir: '{dir}/wb', capacity_bytes: 268435456, retry_max_ms: 500,"
+                              " scrub_interval_ms: 300, repair_grace_ms: 500}")
+    nodes = start_fleet(tmp_path, relay.port, n=4, **fast)
+    try:
+        relay.refuse = {"PUT"}  # the write stays staged
+        body = os.urandom(MiB + 99)
+        assert put(nodes[0], "wb/data/00005-r.parquet", body)["x-floe-writeback"] == "staged"
+        holders = lambda: {f.parent.parent.parent.name for f in Path(tmp_path).glob("floe-*/wb/fragments/*.[0-9]")}
+        first = holders()
+        assert len(first) == 3
+        lost = next(nd for nd in nodes[1:] if nd.name in first)
+        lost.kill()
+        wait_until("the lost fragment to be rebuilt on the spare node",
+                   lambda: nodes[0].admin("GET", "/writeback")["repairs"] >= 1, timeout=30)
+        live = [nd for nd in nodes if nd is not lost]
+        assert len(holders() - {lost.name}) == 3, holders()
+        # A corrupt fragment is found by the scrub and rebuilt in place.
+        frag = next(Path(tmp_path).glob(f"{nodes[0].name}/wb/fragments/*.[0-9]"))
+        raw = bytearray(frag.read_bytes())
+        raw[80] ^= 0xFF
+        frag.write_bytes(bytes(raw))
+        before = nodes[0].admin("GET", "/writeback")["repairs"]
+        wait_until("the scrub to rebuild the corrupt fragment",
+                   lambda: nodes[0].admin("GET", "/writeback")["repairs"] > before, timeout=30)
+        assert frag.read_bytes() != bytes(raw)
+        # Lose another holder: k intact fragments remain, all of them checked.
+        second = next(nd for nd in live[1:] if nd.name in holders())
+        second.kill()
+        for nd in (n for n in live if n is not second):
+            assert get(nd.port, "wb/data/00005-r.parquet").data == body, nd.name
+        relay.refuse = set()
+        wait_until("the write to reach the origin",
+                   lambda: at_origin(direct, "wb/data/00005-r.parquet") == body, timeout=30)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
+
+
 def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio, direct, tmp_path):
     relay = Relay(minio.port)
     nodes = start_fleet(tmp_path, relay.port, n=2, **WB)  # w = 3 > 2 nodes

@@ -202,7 +202,11 @@ impl PeerApi {
         let (name, below) = rest.split_once('/').unwrap_or((rest, ""));
         let svc = self.services.read().ok().and_then(|s| s.get(name).cloned());
         let Some(svc) = svc else {
-            return fail("call", &PeerError::NotFound);
+            // Not mounted (yet: a node starting up): a 404 would read as the service's own.
+            return fail(
+                "call",
+                &PeerError::Unavailable(format!("no service {name} here")),
+            );
         };
         let method = match method {
             "GET" => "GET",

@@ -84,6 +84,22 @@ pub struct NodeSection {
     /// Default 30000 (30 s): an origin back from an outage is used within half a minute.
     #[serde(default = "default_retry_max")]
     pub retry_max_ms: u64,
+    /// How often every fragment of a staged write is read and its CRCs checked (corrupt ones
+    /// are rebuilt). Default 600000 (10 min): a write is usually propagated and freed sooner;
+    /// the scrub guards the ones an origin outage keeps.
+    #[serde(default = "default_scrub")]
+    pub scrub_interval_ms: u64,
+    /// How long a fragment's node may be gone before the fragment is rebuilt on another node.
+    /// Default 10000 (10 s): longer than a restart's gossip gap, short next to a lost node.
+    #[serde(default = "default_grace")]
+    pub repair_grace_ms: u64,
+}
+
+fn default_scrub() -> u64 {
+    600_000
+}
+fn default_grace() -> u64 {
+    10_000
 }
 
 fn default_capacity() -> u64 {
@@ -124,6 +140,10 @@ pub struct NodeSettings {
     pub propagate_concurrency: usize,
     /// Retry ceiling.
     pub retry_max_ms: u64,
+    /// Scrub interval.
+    pub scrub_interval_ms: u64,
+    /// Repair grace.
+    pub repair_grace_ms: u64,
 }
 
 /// Everything write-back was configured with.
@@ -190,6 +210,8 @@ pub fn validate(cx: &ConfigCx<'_>, raw: &FileSections) -> Result<Settings, Confi
                 capacity_bytes: n.capacity_bytes,
                 propagate_concurrency: n.propagate_concurrency,
                 retry_max_ms: n.retry_max_ms.max(250),
+                scrub_interval_ms: n.scrub_interval_ms.max(100),
+                repair_grace_ms: n.repair_grace_ms,
             })
         }
     };

@@ -13,6 +13,7 @@ use pingora::proxy::Session;
 
 use crate::config::RouteOptions;
 use crate::journal::Record;
+use crate::list::{self, ListAsk};
 use crate::metrics;
 use crate::node::Node;
 use crate::propagate::{upload, Origins};
@@ -276,6 +277,49 @@ impl WritebackFilter {
     }
 }
 
+/// A list page being collected for merging.
+#[derive(Clone)]
+struct ListMerge {
+    ask: ListAsk,
+    dirty: Vec<Arc<Record>>,
+    page: Vec<u8>,
+}
+
+impl WritebackFilter {
+    /// Prepares the merge of this bucket's staged writes into a list answer.
+    fn list(&self, session: &Session, ctx: &mut FilterCtx) {
+        let dirty: Vec<Arc<Record>> = self
+            .node
+            .all_dirty()
+            .into_iter()
+            .filter(|r| r.bucket == self.bucket)
+            .collect();
+        if dirty.is_empty() {
+            return;
+        }
+        let q = session.req_header().uri.query().unwrap_or("");
+        let param = |name: &str| {
+            q.split('&')
+                .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| list::decode_query(v))
+        };
+        let ask = ListAsk {
+            prefix: param("prefix").unwrap_or_default(),
+            delimiter: param("delimiter"),
+            after: param("start-after")
+                .or_else(|| param("marker"))
+                .filter(|a| !a.is_empty()),
+            url: param("encoding-type").is_some_and(|e| e == "url"),
+        };
+        ctx.ext.insert(ListMerge {
+            ask,
+            dirty,
+            page: Vec::new(),
+        });
+    }
+}
+
 #[async_trait]
 impl RequestFilter for WritebackFilter {
     fn name(&self) -> &'static str {
@@ -287,15 +331,23 @@ impl RequestFilter for WritebackFilter {
         session: &mut Session,
         ctx: &mut FilterCtx,
     ) -> Result<bool, S3Error> {
-        let Some(key) = ctx.key.as_ref().map(|k| k.as_str().to_owned()) else {
+        let key = ctx
+            .key
+            .as_ref()
+            .map_or(String::new(), |k| k.as_str().to_owned());
+        if key.is_empty() && !matches!(ctx.op, S3Op::ListObjects | S3Op::ListObjectsV2) {
             return Ok(false);
-        };
+        }
         match ctx.op {
             S3Op::PutObject => self.put(session, ctx, &key).await,
             S3Op::GetObject | S3Op::HeadObject => match self.node.dirty(&self.bucket, &key) {
                 Some(r) => self.get(session, ctx, r).await,
                 None => Ok(false),
             },
+            S3Op::ListObjects | S3Op::ListObjectsV2 => {
+                self.list(session, ctx);
+                Ok(false)
+            }
             S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
                 if let Some(r) = self.node.dirty(&self.bucket, &key) {
                     self.node.unindex(&r);
@@ -314,6 +366,35 @@ impl RequestFilter for WritebackFilter {
         if let Some(Mode(m)) = ctx.ext.get::<Mode>() {
             resp.insert_header("x-floe-writeback", *m)
                 .map_err(internal)?;
+        }
+        if ctx.ext.get::<ListMerge>().is_some() {
+            if resp.status.as_u16() == 200 {
+                // The merged page has another length.
+                resp.remove_header("content-length");
+                resp.insert_header("transfer-encoding", "chunked")
+                    .map_err(internal)?;
+            } else {
+                ctx.ext.remove::<ListMerge>();
+            }
+        }
+        Ok(())
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        body: &mut Option<Bytes>,
+        end: bool,
+        ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        let Some(m) = ctx.ext.get_mut::<ListMerge>() else {
+            return Ok(());
+        };
+        if let Some(b) = body.take() {
+            m.page.extend_from_slice(&b);
+        }
+        if end {
+            let page = String::from_utf8_lossy(&m.page);
+            *body = Some(Bytes::from(list::merge(&page, &m.ask, &m.dirty)));
         }
         Ok(())
     }

@@ -133,6 +133,11 @@ impl Journal {
         durable::write(&self.path(&record.id), &doc)
     }
 
+    /// Whether a record of `id` is kept.
+    pub fn has(&self, id: &ObjectId) -> bool {
+        self.path(id).exists()
+    }
+
     /// Forgets `id` (propagated).
     pub fn remove(&self, id: &ObjectId) -> io::Result<()> {
         durable::remove(&self.path(id))

@@ -17,3 +17,5 @@ pub mod read;
 pub mod service;
 pub mod stage;
 pub use plugin::FACTORY;
+pub mod list;
+pub mod repair;

@@ -148,26 +148,56 @@ impl Node {
         v
     }
 
-    /// Frees the fragments and journal copies of `r` on every node that holds one (best
-    /// effort: a node that is down keeps its copy until its own scrub; its record names a
-    /// write the origin already has).
-    pub async fn free(self: &Arc<Self>, r: &Record) {
-        let mut nodes: Vec<&Placement> = r.placements.iter().collect();
-        nodes.dedup_by(|a, b| a.node == b.node);
-        let calls = nodes.into_iter().map(|p| {
-            let peer = self.peer_of(p);
-            let call = PeerCall {
-                method: "DELETE",
-                path: format!("/obj?id={}", r.id),
-                body: bytes::Bytes::new(),
-            };
-            async move { self.call(&peer, call).await }
-        });
-        for c in calls {
-            if let Err(e) = c.await {
-                tracing::debug!(id = %r.id, error = %e, "freeing a fragment failed");
+    /// The nodes that may hold a fragment or a journal copy of `r`: its fragment nodes and
+    /// every active member.
+    pub fn holders(&self, r: &Record) -> Vec<PeerRef> {
+        let mut out: Vec<PeerRef> = r.placements.iter().map(|p| self.peer_of(p)).collect();
+        for m in self.fleet.ranked(&r.id.to_string()) {
+            if !out.iter().any(|p| p.id == m.id) {
+                out.push(m);
             }
         }
+        out
+    }
+
+    /// Whether this node propagates `r`: its coordinator does; while the coordinator is not
+    /// live, the first live node holding one of its fragments (by index) takes it over. Two
+    /// nodes uploading the same bytes at once is harmless; none uploading would not be.
+    pub fn propagates(&self, r: &Record) -> bool {
+        let me = self.me();
+        if r.coordinator == me {
+            return true;
+        }
+        if self.fleet.member(&r.coordinator).is_some() {
+            return false;
+        }
+        let mut by_index: Vec<&Placement> = r.placements.iter().collect();
+        by_index.sort_by_key(|p| p.index);
+        by_index
+            .into_iter()
+            .find(|p| p.node == me || self.fleet.member(&p.node).is_some())
+            .is_some_and(|p| p.node == me)
+    }
+
+    /// Frees the fragments and journal copies of `r` on every node that may hold one (best
+    /// effort: a node that is down keeps its copy; on its return it propagates the same bytes
+    /// again or finds the record superseded).
+    pub async fn free(self: &Arc<Self>, r: &Record) {
+        let mut set = tokio::task::JoinSet::new();
+        for peer in self.holders(r).into_iter().filter(|p| *p.id != *self.me()) {
+            let (me, id) = (self.clone(), r.id);
+            set.spawn(async move {
+                let call = PeerCall {
+                    method: "DELETE",
+                    path: format!("/obj?id={id}"),
+                    body: bytes::Bytes::new(),
+                };
+                if let Err(e) = me.call(&peer, call).await {
+                    tracing::debug!(%id, node = %peer.id, error = %e, "freeing a fragment failed");
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
         let (store, id) = (self.store.clone(), r.id);
         let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
         self.unindex_id(&id);

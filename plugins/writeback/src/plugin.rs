@@ -24,6 +24,7 @@ use crate::fragments::Fragments;
 use crate::journal::Journal;
 use crate::node::{Node, NodeService};
 use crate::propagate::{Counts, Origins, Propagator};
+use crate::repair::{RepairCounts, Repairer};
 use crate::service::{Store, SERVICE};
 
 /// The plugin's factory, as the proxy lists it.
@@ -77,6 +78,7 @@ impl Configured for WritebackConfig {
             node: Arc::default(),
             origins: Origins::default(),
             counts: Arc::default(),
+            repairs: Arc::default(),
         }))
     }
 }
@@ -88,6 +90,7 @@ pub struct WritebackPlugin {
     node: Arc<OnceLock<Arc<Node>>>,
     origins: Origins,
     counts: Arc<Counts>,
+    repairs: Arc<RepairCounts>,
 }
 
 impl WritebackPlugin {
@@ -145,6 +148,7 @@ impl Plugin for WritebackPlugin {
         Some(Arc::new(Admin {
             node: self.node.clone(),
             counts: self.counts.clone(),
+            repairs: self.repairs.clone(),
         }))
     }
 
@@ -152,15 +156,27 @@ impl Plugin for WritebackPlugin {
         let (Some(node), Some(n)) = (self.node.get(), &self.settings.node) else {
             return Vec::new();
         };
-        vec![Box::new(background_service(
-            "floe-writeback-propagate",
-            Propagator {
-                node: node.clone(),
-                origins: self.origins.clone(),
-                retry_max: Duration::from_millis(n.retry_max_ms),
-                counts: self.counts.clone(),
-            },
-        ))]
+        vec![
+            Box::new(background_service(
+                "floe-writeback-propagate",
+                Propagator {
+                    node: node.clone(),
+                    origins: self.origins.clone(),
+                    retry_max: Duration::from_millis(n.retry_max_ms),
+                    counts: self.counts.clone(),
+                },
+            )),
+            Box::new(background_service(
+                "floe-writeback-repair",
+                Repairer {
+                    node: node.clone(),
+                    scrub_every: Duration::from_millis(n.scrub_interval_ms),
+                    grace: Duration::from_millis(n.repair_grace_ms),
+                    counts: self.repairs.clone(),
+                    origins: self.origins.clone(),
+                },
+            )),
+        ]
     }
 }
 
@@ -168,6 +184,7 @@ impl Plugin for WritebackPlugin {
 struct Admin {
     node: Arc<OnceLock<Arc<Node>>>,
     counts: Arc<Counts>,
+    repairs: Arc<RepairCounts>,
 }
 
 #[async_trait]
@@ -207,7 +224,9 @@ impl AdminHandler for Admin {
                 "propagation_failures": c.failures.load(Ordering::Relaxed),
                 "superseded": c.superseded.load(Ordering::Relaxed),
                 "corrupt_shards": crate::metrics::corrupt_total(),
-                "repairs": 0,
+                "scrubbed_fragments": self.repairs.examined.load(Ordering::Relaxed),
+                "bad_fragments": self.repairs.bad.load(Ordering::Relaxed),
+                "repairs": self.repairs.repaired.load(Ordering::Relaxed),
             }),
         ))
     }

@@ -66,6 +66,14 @@ pub async fn upload(
     Ok(())
 }
 
+/// Whether the origin already holds exactly `r`.
+pub async fn at_origin(origin: &dyn OriginReader, r: &Record) -> bool {
+    let (Ok(b), Ok(k)) = (BucketName::parse(&r.bucket), ObjectKey::parse(&r.key)) else {
+        return false;
+    };
+    matches!(origin.head(&b, &k, None).await, Ok(Some(h)) if h.etag.as_str() == r.etag && h.size == r.geometry.size)
+}
+
 struct Empty;
 
 #[async_trait]
@@ -91,12 +99,11 @@ impl Propagator {
     /// One pass over this node's dirty writes; returns when the next one is due.
     async fn pass(&self, due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>) -> Duration {
         let mut wait = self.retry_max;
-        let me = self.node.me().to_owned();
         for r in self
             .node
             .all_dirty()
             .into_iter()
-            .filter(|r| r.coordinator == me)
+            .filter(|r| self.node.propagates(r))
         {
             let now = Instant::now();
             if let Some((at, _)) = due.get(&r.id) {
@@ -129,6 +136,11 @@ impl Propagator {
                     self.counts
                         .bytes
                         .fetch_add(r.geometry.size, Ordering::Relaxed);
+                    due.remove(&r.id);
+                    self.node.free(&r).await;
+                }
+                Err(_) if at_origin(&*origin, &r).await => {
+                    // Another node propagated it (this one was away when it was freed).
                     due.remove(&r.id);
                     self.node.free(&r).await;
                 }

@@ -5,9 +5,11 @@
 //!   `L` bytes long; the first piece reserves them, 507 over the ceiling; 409 out of order);
 //! - `POST /commit?id=I&idx=N` fsyncs it into place and answers 200 with this node's id: the
 //!   durability report;
-//! - `GET /frag?id=I&idx=N&off=O&len=L` reads it; `DELETE /obj?id=I` frees every fragment and
-//!   journal copy of `I` kept here;
-//! - `PUT /journal` keeps a copy of a coordinator's journal record.
+//! - `GET /frag?id=I&idx=N&off=O&len=L` reads it; `DELETE /frag?id=I&idx=N,M` frees those
+//!   fragments (a repair replacing them); `DELETE /obj?id=I` frees every fragment and journal
+//!   copy of `I` kept here;
+//! - `PUT /journal` keeps a copy of a coordinator's journal record; `GET /journal?id=I`
+//!   answers 200 while a record of `I` is kept here, else 404.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -80,9 +82,25 @@ impl Store {
                 },
                 _ => reply(400, "off and len"),
             },
+            ("DELETE", "/frag", Some(id), _) => {
+                let list = q.get("idx").copied().unwrap_or("");
+                for i in list.split(',').filter_map(|i| i.parse::<u8>().ok()) {
+                    if let Ok(mut r) = self.receiving.lock() {
+                        r.remove(&(id, i));
+                    }
+                    if let Err(e) = self.fragments.remove(&id, i) {
+                        return reply(500, e.to_string());
+                    }
+                }
+                reply(200, "")
+            }
             ("DELETE", "/obj", Some(id), _) => match self.forget(&id) {
                 Ok(()) => reply(200, ""),
                 Err(e) => reply(500, e.to_string()),
+            },
+            ("GET", "/journal", Some(id), _) => match self.journal.has(&id) {
+                true => reply(200, ""),
+                false => reply(404, "no such record"),
             },
             ("PUT", "/journal", _, _) => match serde_json::from_slice::<Record>(&call.body) {
                 Ok(r) => match self.journal.keep(&r) {

@@ -296,22 +296,29 @@ impl Node {
         Ok(acked)
     }
 
-    /// Copies `r` to the other nodes that hold its fragments (best effort).
+    /// Copies `r` to every other node (best effort, at once): the fragment nodes keep it so
+    /// losing this node's disk loses nothing, and every node indexes it so a read of its key
+    /// through any node serves it. A record is a few hundred bytes.
     pub async fn replicate(self: &Arc<Self>, r: &Record) {
         let Ok(doc) = serde_json::to_vec(r) else {
             return;
         };
         let doc = Bytes::from(doc);
-        for p in r.placements.iter().filter(|p| p.node != self.me()) {
-            let call = PeerCall {
-                method: "PUT",
-                path: "/journal".into(),
-                body: doc.clone(),
-            };
-            if let Err(e) = self.call(&self.peer_of(p), call).await {
-                tracing::debug!(node = %p.node, error = %e, "journal copy failed");
-            }
+        let mut set = JoinSet::new();
+        for peer in self.holders(r).into_iter().filter(|p| *p.id != *self.me()) {
+            let (me, body) = (self.clone(), doc.clone());
+            set.spawn(async move {
+                let call = PeerCall {
+                    method: "PUT",
+                    path: "/journal".into(),
+                    body,
+                };
+                if let Err(e) = me.call(&peer, call).await {
+                    tracing::debug!(node = %peer.id, error = %e, "journal copy failed");
+                }
+            });
         }
+        while set.join_next().await.is_some() {}
     }
 
     async fn abandon(self: &Arc<Self>, id: ObjectId, targets: &[PeerRef]) {

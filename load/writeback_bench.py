@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Write-back benchmark: PUT acknowledgment latency of a write-back route (three release
+floe-proxy nodes, k=2 m=1 w=3, fragments fsynced on this machine's disk) against a direct PUT to
+the origin (MinIO behind toxiproxy, +30 ms per request, as S3), side by side, same bodies, one
+client, one PUT at a time. Writes the "Write-back" section of load/PERFORMANCE.md.
+
+Run with load/bench.sh, or alone once bench.sh has installed everything:
+  FLOE_BIN=$CARGO_TARGET_DIR/release/floe-proxy $FLOE_CACHE/venv/bin/python load/writeback_bench.py
+"""
+import os
+import pathlib
+import platform
+import shutil
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "load"))
+os.environ.setdefault("FLOE_BIN", str(pathlib.Path(os.environ.get(
+    "CARGO_TARGET_DIR", pathlib.Path.home() / ".cache" / "floe" / "target")) / "release" / "floe-proxy"))
+import bench  # noqa: E402  (MinIO and toxiproxy helpers)
+import boto3  # noqa: E402
+from botocore.config import Config  # noqa: E402
+import conftest  # noqa: E402
+from fleet import start_fleet  # noqa: E402
+from test_writeback import WB  # noqa: E402
+
+MiB = 1 << 20
+PERF = ROOT / "load" / "PERFORMANCE.md"
+BEGIN = "<!-- writeback section: written by load/writeback_bench.py -->"
+END = "<!-- writeback section end -->"
+ROUNDS = 40
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+
+def timed_puts(s3, prefix, size):
+    lat = []
+    for i in range(ROUNDS):
+        body = os.urandom(size)
+        t = time.perf_counter()
+        r = s3.put_object(Bucket=conftest.BUCKET, Key=f"{prefix}/{i:04d}.parquet", Body=body)
+        lat.append(time.perf_counter() - t)
+        assert r["ResponseMetadata"]["HTTPStatusCode"] == 200
+    return lat
+
+
+def main():
+    bench.WORK.mkdir(parents=True, exist_ok=True)
+    minio, s3 = bench.start_minio()
+    toxi, toxi_port = bench.start_toxiproxy(minio.port)
+    if conftest.BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=conftest.BUCKET)
+    direct = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{toxi_port}",
+                          aws_access_key_id=conftest.ORIGIN_KEY, aws_secret_access_key=conftest.ORIGIN_SECRET,
+                          region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+    tmp = bench.WORK / f"writeback-{int(time.time())}"
+    nodes = []
+    rows = []
+    try:
+        wb = dict(WB, extra_top=WB["extra_top"].replace("268435456", "4294967296"),
+                  extra_route="    writeback: {k: 2, m: 1, w: 3}")
+        nodes = start_fleet(tmp, toxi_port, n=3, **wb)
+        floe = conftest.s3_client(nodes[0].port)
+        for size in (MiB, 8 * MiB):
+            d = timed_puts(direct, f"wb-bench/direct-{size}", size)
+            f = timed_puts(floe, f"wb-bench/staged-{size}", size)
+            rows.append((size, d, f))
+        staged = nodes[0].admin("GET", "/writeback")
+    finally:
+        for nd in nodes:
+            nd.stop()
+        toxi.stop()
+        minio.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(rows, staged)
+
+
+def report(rows, staged):
+    lines = [BEGIN, "", "## Write-back", "",
+             f"Produced by `load/writeback_bench.py` (run by `load/bench.sh`) on {time.strftime('%Y-%m-%d')}"
+             f" ({platform.machine()}, {os.cpu_count()} cores; the nodes, the client and the origin share"
+             " the machine and one disk). Three release floe-proxy nodes on 127.0.0.1, a write-back route"
+             " with k=2 m=1 w=3 (each PUT waits for three fragment fsyncs and a journal fsync); origin"
+             f" MinIO behind toxiproxy (+30 ms per request). {ROUNDS} sequential PUTs per row, one client.", "",
+             "| object | direct PUT p50 ms | p99 ms | write-back PUT p50 ms | p99 ms | p50 ratio |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for size, d, f in rows:
+        lines.append(f"| {size // MiB} MiB | {pct(d, .5):.1f} | {pct(d, .99):.1f} | {pct(f, .5):.1f} |"
+                     f" {pct(f, .99):.1f} | {pct(f, .5) / pct(d, .5):.2f}x |")
+    lines += ["", f"Propagation meanwhile (node 0's `/writeback` at the end): {staged['propagated']} writes"
+              f" propagated, {staged['dirty_objects']} still staged.", "",
+              "Encode throughput per core: see \"Write-back codec\" above.", "", END]
+    text = PERF.read_text()
+    block = "\n".join(lines) + "\n"
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END) + 1:]
+    else:
+        fleet = text.find("<!-- fleet section")
+        text = text[:fleet] + block + "\n" + text[fleet:] if fleet >= 0 else text + "\n" + block
+    PERF.write_text(text)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

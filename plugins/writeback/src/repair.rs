@@ -1,0 +1,354 @@
+//! Repair and scrub ("floe-writeback-repair"): for each staged write this node propagates, a
+//! fragment whose node left the fleet, or (on the scrub schedule) whose shards fail their CRC,
+//! is rebuilt stripe by stripe from k intact shards, re-encoded and placed on its own live node
+//! again (when only corrupt) or on a live node holding none of the write's fragments. The
+//! record then names the new placements, journaled and copied again.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_core::fleet::{PeerCall, PeerRef};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use crate::codec::{self, Encoder};
+use crate::journal::{Placement, Record};
+use crate::node::Node;
+
+/// What repair and scrub did (shown by `GET /writeback`).
+#[derive(Debug, Default)]
+pub struct RepairCounts {
+    /// Fragments examined by a scrub.
+    pub examined: AtomicU64,
+    /// Fragments found corrupt or missing.
+    pub bad: AtomicU64,
+    /// Fragments rebuilt and placed again.
+    pub repaired: AtomicU64,
+}
+
+impl Node {
+    /// Fragment indices of `r` that need rebuilding: no live node, or (when `scrub`) a shard
+    /// failing its CRC or missing.
+    async fn bad_fragments(
+        self: &Arc<Self>,
+        r: &Arc<Record>,
+        scrub: bool,
+        counts: &RepairCounts,
+    ) -> BTreeSet<u8> {
+        let g = r.geometry;
+        let mut bad: BTreeSet<u8> = (0..g.width() as u8).collect();
+        for p in &r.placements {
+            let live = p.node == self.me() || self.fleet.member(&p.node).is_some();
+            if live {
+                bad.remove(&p.index);
+            }
+        }
+        if !scrub {
+            return bad;
+        }
+        for p in &r.placements {
+            counts.examined.fetch_add(1, Ordering::Relaxed);
+            for j in 0..g.stripes().max(1) {
+                let shard = if g.stripes() == 0 {
+                    None
+                } else {
+                    self.shard_of(r, p.index, j).await
+                };
+                let ok = g.stripes() == 0
+                    || shard
+                        .as_deref()
+                        .is_some_and(|s| codec::verified(&g, j, s).is_some());
+                if !ok {
+                    bad.insert(p.index);
+                    break;
+                }
+            }
+        }
+        bad
+    }
+
+    /// Rebuilds fragments `bad` of `r` and places them; the record with its new placements.
+    async fn rebuild(self: &Arc<Self>, r: &Arc<Record>, bad: &BTreeSet<u8>) -> Option<Record> {
+        let g = r.geometry;
+        let holding: BTreeSet<String> = r
+            .placements
+            .iter()
+            .filter(|p| !bad.contains(&p.index))
+            .map(|p| p.node.clone())
+            .collect();
+        let mut spare = self
+            .fleet
+            .ranked(&r.id.to_string())
+            .into_iter()
+            .filter(|m| !holding.contains(&*m.id));
+        let mut targets: Vec<(u8, PeerRef)> = Vec::new();
+        for &i in bad {
+            // A live node whose copy is only corrupt takes it again; else a spare node.
+            let own = r
+                .placements
+                .iter()
+                .find(|p| {
+                    p.index == i && (p.node == self.me() || self.fleet.member(&p.node).is_some())
+                })
+                .map(|p| self.peer_of(p));
+            if let Some(t) = own.or_else(|| spare.next()) {
+                targets.push((i, t));
+            }
+        }
+        if targets.is_empty() {
+            return None;
+        }
+        for (_, t) in &targets {
+            let _ = self.call(t, drop_call(r, bad)).await;
+        }
+        let len = g.fragment_len();
+        let mut offs = vec![0u64; targets.len()];
+        let mut enc = Encoder::new(g);
+        for j in 0..g.stripes() {
+            let data = self.stripe(r, j).await.ok()?;
+            let shards =
+                tokio::task::spawn_blocking(move || enc.encode(j, &data).map(|s| (enc, s)))
+                    .await
+                    .ok()?
+                    .ok()?;
+            enc = shards.0;
+            for (n, (i, t)) in targets.iter().enumerate() {
+                let shard = shards.1.get(usize::from(*i))?.clone();
+                let piece: Bytes = if j == 0 {
+                    [codec::header(&g, *i, r.id.bytes()), shard].concat().into()
+                } else {
+                    shard
+                };
+                let path = format!("/frag?id={}&idx={i}&len={len}&off={}", r.id, offs[n]);
+                let reply = self
+                    .call(
+                        t,
+                        PeerCall {
+                            method: "PUT",
+                            path,
+                            body: piece.clone(),
+                        },
+                    )
+                    .await
+                    .ok()?;
+                if reply.status != 200 {
+                    return None;
+                }
+                offs[n] += piece.len() as u64;
+            }
+        }
+        if g.stripes() == 0 {
+            for (i, t) in &targets {
+                let path = format!("/frag?id={}&idx={i}&len={len}&off=0", r.id);
+                let body = codec::header(&g, *i, r.id.bytes());
+                self.call(
+                    t,
+                    PeerCall {
+                        method: "PUT",
+                        path,
+                        body,
+                    },
+                )
+                .await
+                .ok()?;
+            }
+        }
+        let mut next = (**r).clone();
+        for (i, t) in &targets {
+            let path = format!("/commit?id={}&idx={i}", r.id);
+            let reply = self
+                .call(
+                    t,
+                    PeerCall {
+                        method: "POST",
+                        path,
+                        body: Bytes::new(),
+                    },
+                )
+                .await
+                .ok()?;
+            if reply.status == 200 {
+                next.placements.retain(|p| p.index != *i);
+                next.placements.push(Placement {
+                    index: *i,
+                    node: t.id.to_string(),
+                    addr: t.addr.to_string(),
+                });
+            }
+        }
+        next.placements.sort_by_key(|p| p.index);
+        Some(next)
+    }
+
+    async fn shard_of(self: &Arc<Self>, r: &Record, index: u8, j: u64) -> Option<Bytes> {
+        let p = r.placements.iter().find(|p| p.index == index)?;
+        let g = &r.geometry;
+        let path = format!(
+            "/frag?id={}&idx={index}&off={}&len={}",
+            r.id,
+            g.shard_offset(j),
+            g.shard_len(j) + 4
+        );
+        match self
+            .call(
+                &self.peer_of(p),
+                PeerCall {
+                    method: "GET",
+                    path,
+                    body: Bytes::new(),
+                },
+            )
+            .await
+        {
+            Ok(reply) if reply.status == 200 => Some(reply.body),
+            _ => None,
+        }
+    }
+}
+
+/// Frees the fragments of `r` with indices in `bad` that a node may still hold.
+fn drop_call(r: &Record, bad: &BTreeSet<u8>) -> PeerCall {
+    let idx: Vec<String> = bad.iter().map(u8::to_string).collect();
+    PeerCall {
+        method: "DELETE",
+        path: format!("/frag?id={}&idx={}", r.id, idx.join(",")),
+        body: Bytes::new(),
+    }
+}
+
+/// How often a copy of another node's record is checked against its coordinator.
+const COPY_CHECK: Duration = Duration::from_secs(5);
+
+/// The repair and scrub worker.
+pub struct Repairer {
+    /// This node's write-back state.
+    pub node: Arc<Node>,
+    /// How often fragments' CRCs are all read and checked.
+    pub scrub_every: Duration,
+    /// How long a fragment's node may be gone before the fragment is rebuilt elsewhere.
+    pub grace: Duration,
+    /// Progress.
+    pub counts: Arc<RepairCounts>,
+    /// Origins by bucket (a copy is dropped only once the origin holds its write).
+    pub origins: crate::propagate::Origins,
+}
+
+impl Repairer {
+    /// Drops copies of records their coordinator no longer keeps (freed while this node was
+    /// away); asks about each at most every [`COPY_CHECK`].
+    async fn prune_copies(
+        &self,
+        checked: &mut std::collections::HashMap<crate::id::ObjectId, Instant>,
+    ) {
+        for r in self
+            .node
+            .all_dirty()
+            .into_iter()
+            .filter(|r| !self.node.propagates(r))
+        {
+            if checked.get(&r.id).is_some_and(|t| t.elapsed() < COPY_CHECK) {
+                continue;
+            }
+            checked.insert(r.id, Instant::now());
+            let Some(owner) = self.node.fleet.member(&r.coordinator) else {
+                continue;
+            };
+            let call = PeerCall {
+                method: "GET",
+                path: format!("/journal?id={}", r.id),
+                body: Bytes::new(),
+            };
+            if !matches!(self.node.call(&owner, call).await, Ok(reply) if reply.status == 404) {
+                continue;
+            }
+            let origin = self
+                .origins
+                .read()
+                .ok()
+                .and_then(|o| o.get(&r.bucket).cloned());
+            let Some(origin) = origin else { continue };
+            if crate::propagate::at_origin(&*origin, &r).await {
+                tracing::info!(id = %r.id, key = %r.key, "dropping a copy of a propagated write");
+                let (store, id) = (self.node.store.clone(), r.id);
+                let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
+                self.node.unindex_id(&r.id);
+                checked.remove(&r.id);
+            } else if let Ok(doc) = serde_json::to_vec(&*r) {
+                // The coordinator lost it (its disk): it gets the record back, and propagates.
+                tracing::warn!(id = %r.id, coordinator = %r.coordinator, "giving a coordinator back its lost record");
+                let call = PeerCall {
+                    method: "PUT",
+                    path: "/journal".into(),
+                    body: Bytes::from(doc),
+                };
+                let _ = self.node.call(&owner, call).await;
+            }
+        }
+    }
+
+    async fn pass(
+        &self,
+        scrub: bool,
+        gone_since: &mut std::collections::HashMap<crate::id::ObjectId, Instant>,
+    ) {
+        for r in self
+            .node
+            .all_dirty()
+            .into_iter()
+            .filter(|r| self.node.propagates(r))
+        {
+            let bad = self.node.bad_fragments(&r, scrub, &self.counts).await;
+            if bad.is_empty() {
+                gone_since.remove(&r.id);
+                continue;
+            }
+            let since = *gone_since.entry(r.id).or_insert_with(Instant::now);
+            if !scrub && since.elapsed() < self.grace {
+                continue;
+            }
+            self.counts
+                .bad
+                .fetch_add(bad.len() as u64, Ordering::Relaxed);
+            let Some(next) = self.node.rebuild(&r, &bad).await else {
+                tracing::warn!(id = %r.id, ?bad, "fragments could not be rebuilt");
+                continue;
+            };
+            self.counts
+                .repaired
+                .fetch_add(bad.len() as u64, Ordering::Relaxed);
+            tracing::info!(id = %r.id, ?bad, "fragments rebuilt");
+            gone_since.remove(&r.id);
+            let store = self.node.store.clone();
+            let rec = next.clone();
+            let _ = tokio::task::spawn_blocking(move || store.journal.keep(&rec)).await;
+            self.node.replicate(&next).await;
+            self.node.index(Arc::new(next));
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Repairer {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut gone_since = std::collections::HashMap::new();
+        let mut checked = std::collections::HashMap::new();
+        let mut next_scrub = Instant::now() + self.scrub_every;
+        loop {
+            let scrub = Instant::now() >= next_scrub;
+            if scrub {
+                next_scrub = Instant::now() + self.scrub_every;
+            }
+            self.pass(scrub, &mut gone_since).await;
+            self.prune_copies(&mut checked).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1).min(self.scrub_every)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
