@@ -1,6 +1,7 @@
 """Fixtures: a real MinIO origin, a counting relay in front of it, and a floe-proxy process."""
 import os
 import pathlib
+import random
 import socket
 import subprocess
 import time
@@ -24,10 +25,21 @@ BUCKET, VERSIONED, PUBLIC = "floe-test", "floe-versioned", "floe-public"
 PUBLIC_RW = "floe-public-rw"  # anonymous callers may read and put, nothing else
 
 
+_PORTS = random.Random()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free for TCP and UDP now, below the kernel's ephemeral range (32768-60999 here),
+    so no outgoing connection takes it between this call and the listener's bind."""
+    while True:
+        p = _PORTS.randrange(20000, 32000)
+        try:
+            with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                t.bind(("127.0.0.1", p))
+                u.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            continue
 
 
 def wait_port(port, proc, what, timeout=60, host="127.0.0.1"):

@@ -182,3 +182,56 @@ def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio,
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def test_pyiceberg_writes_a_table_through_write_back_reads_it_at_once_and_the_origin_gets_every_file(wb, minio, tmp_path):
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from conftest import CLIENT, ORIGIN_KEY, ORIGIN_SECRET
+    nodes, relay, _ = wb
+
+    def catalog(port, key, secret):
+        return SqlCatalog("wb", uri=f"sqlite:///{tmp_path}/cat.db", warehouse=f"s3://{BUCKET}/wb-iceberg",
+                          **{"s3.endpoint": f"http://127.0.0.1:{port}", "s3.access-key-id": key,
+                             "s3.secret-access-key": secret, "s3.region": "us-east-1",
+                             "s3.force-virtual-addressing": "false"})
+
+    relay.refuse = {"PUT", "POST"}  # the origin takes no write: every file must be staged
+    writer = catalog(nodes[0].port, *CLIENT)
+    writer.create_namespace("ns")
+    data = pa.table({"id": pa.array(range(5000), pa.int64()), "v": pa.array([f"v{i}" for i in range(5000)])})
+    t = writer.create_table("ns.events", schema=data.schema)
+    t.append(data)
+    t.append(data.slice(0, 7))
+    staged = sum(nd.metric('floe_writeback_put_seconds_count{mode="staged"}') for nd in nodes)
+    assert staged >= 6  # data files, manifests, manifest lists, metadata.json: Arrow's multipart
+    got = catalog(nodes[1].port, *CLIENT).load_table("ns.events").scan().to_arrow().sort_by("id")
+    assert got.num_rows == 5007
+    relay.refuse = set()
+    wait_until("every staged file at the origin", lambda: all(
+        nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes), timeout=60)
+    ref = catalog(minio.port, ORIGIN_KEY, ORIGIN_SECRET).load_table("ns.events").scan().to_arrow().sort_by("id")
+    assert ref.equals(got)
+
+
+def test_a_boto3_multipart_upload_is_staged_part_by_part_and_read_whole(wb, direct):
+    from boto3.s3.transfer import TransferConfig
+    nodes, relay, tmp = wb
+    relay.down()
+    body = os.urandom(13 * MiB + 5)
+    path = Path(tmp) / "big.bin"
+    path.write_bytes(body)
+    cfg = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, max_concurrency=3)
+    s3_client(nodes[0].port).upload_file(str(path), BUCKET, "wb/data/00006-mp.parquet", Config=cfg)
+    assert get(nodes[2].port, "wb/data/00006-mp.parquet").data == body
+    part = get(nodes[1].port, "wb/data/00006-mp.parquet", rng=f"bytes={5 * MiB - 3}-{5 * MiB + 2}")
+    assert part.data == body[5 * MiB - 3:5 * MiB + 3]
+    bad = s3_client(nodes[0].port).create_multipart_upload(Bucket=BUCKET, Key="wb/data/00007-x.parquet")
+    with pytest.raises(Exception) as e:
+        s3_client(nodes[0].port).complete_multipart_upload(
+            Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"],
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": '"nope"'}]})
+    assert "InvalidPart" in str(e.value)
+    relay.up()
+    wait_until("the upload to reach the origin",
+               lambda: at_origin(direct, "wb/data/00006-mp.parquet") == body, timeout=30)

@@ -17,12 +17,16 @@ pub enum S3ErrorCode {
     InvalidArgument,
     InvalidBucketName,
     InvalidDigest,
+    InvalidPart,
+    InvalidPartOrder,
     InvalidRange,
     InvalidRequest,
+    MalformedXML,
     MethodNotAllowed,
     MissingContentLength,
     NoSuchBucket,
     NoSuchKey,
+    NoSuchUpload,
     NotImplemented,
     RequestTimeTooSkewed,
     ServiceUnavailable,
@@ -45,12 +49,15 @@ impl S3ErrorCode {
             | InvalidArgument
             | InvalidBucketName
             | InvalidDigest
+            | InvalidPart
+            | InvalidPartOrder
             | InvalidRequest
+            | MalformedXML
             | XAmzContentSHA256Mismatch => 400,
             InvalidRange => 416,
             MethodNotAllowed => 405,
             MissingContentLength => 411,
-            NoSuchBucket | NoSuchKey => 404,
+            NoSuchBucket | NoSuchKey | NoSuchUpload => 404,
             NotImplemented => 501,
             InternalError => 500,
             ServiceUnavailable | SlowDown => 503,
@@ -72,6 +79,10 @@ impl S3ErrorCode {
             InvalidArgument => "InvalidArgument",
             InvalidBucketName => "InvalidBucketName",
             InvalidDigest => "InvalidDigest",
+            InvalidPart => "InvalidPart",
+            InvalidPartOrder => "InvalidPartOrder",
+            MalformedXML => "MalformedXML",
+            NoSuchUpload => "NoSuchUpload",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
             MethodNotAllowed => "MethodNotAllowed",

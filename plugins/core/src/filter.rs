@@ -39,6 +39,14 @@ pub trait BodyStage: Send + Sync {
 
     /// A fresh stage in the initial state, for verifying a pre-read body twice.
     fn fresh(&self) -> Box<dyn BodyStage>;
+
+    /// Asks the stage, before its first `feed`, to emit the plain object bytes (a stage that
+    /// consumes the body itself, like write-back staging, needs them); `true` when its output
+    /// is now the plain body. Checks still run: a bad trailer checksum still fails the last
+    /// `feed`. Default: `false` (the output may keep a framing).
+    fn plain(&mut self) -> bool {
+        false
+    }
 }
 
 /// Per-request state shared by filters and the proxy.

@@ -52,6 +52,10 @@ impl BodyStage for Sha256Stage {
         Ok(())
     }
 
+    fn plain(&mut self) -> bool {
+        true // the body passes as it came
+    }
+
     fn fresh(&self) -> Box<dyn BodyStage> {
         Box::new(Self::new(&self.expected))
     }
@@ -96,6 +100,8 @@ pub struct ChunkedStage {
     chunk_sig: String,
     held: BytesMut,
     holding: bool,
+    plain: bool,
+    last: bool,
 }
 
 impl ChunkedStage {
@@ -138,6 +144,8 @@ impl ChunkedStage {
             seen_len: 0,
             state: State::Size,
             line: Vec::new(),
+            plain: false,
+            last: false,
             chunk: BytesMut::new(),
             chunk_sig: String::new(),
             held: BytesMut::new(),
@@ -265,6 +273,7 @@ impl ChunkedStage {
                     };
                     let size = self.on_size_line(&line)?;
                     self.state = if size == 0 {
+                        self.last = true;
                         self.chunk.clear();
                         self.check_chunk()?;
                         if self.signing.is_none() {
@@ -288,6 +297,8 @@ impl ChunkedStage {
                     }
                     if self.signing.is_some() {
                         self.chunk.extend_from_slice(piece);
+                    } else if self.plain {
+                        out.extend_from_slice(piece);
                     }
                     pos += n;
                     self.state = if n == left {
@@ -311,7 +322,11 @@ impl ChunkedStage {
                         out.extend_from_slice(&self.chunk);
                         self.chunk.clear();
                         self.state = State::Size;
-                    } else if self.signing.is_some() || self.holding || hold_from.is_some() {
+                    } else if self.signing.is_some()
+                        || self.holding
+                        || hold_from.is_some()
+                        || self.last
+                    {
                         // The terminating zero-length chunk of a trailer-less body.
                         self.finish_trailer()?;
                     } else {
@@ -336,7 +351,7 @@ impl BodyStage for ChunkedStage {
         let input = body.take().unwrap_or_default();
         let mut out = BytesMut::new();
         let hold_from = self.run(&input, &mut out)?;
-        if self.signing.is_some() {
+        if self.signing.is_some() || self.plain {
             *body = Some(out.freeze());
         } else if self.holding {
             self.held.extend_from_slice(&input);
@@ -358,6 +373,11 @@ impl BodyStage for ChunkedStage {
             return Err(incomplete("You did not provide the number of bytes specified by the Content-Length HTTP header."));
         }
         Ok(())
+    }
+
+    fn plain(&mut self) -> bool {
+        self.plain = true;
+        true
     }
 
     fn fresh(&self) -> Box<dyn BodyStage> {

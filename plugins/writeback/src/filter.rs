@@ -43,18 +43,36 @@ pub struct WritebackFilter {
     pub bucket: String,
     /// Origins by bucket (for a synchronous write).
     pub origins: Origins,
+    /// Multipart uploads staged here.
+    pub uploads: crate::multipart::Uploads,
 }
 
-fn internal(e: impl std::fmt::Display) -> S3Error {
+pub(crate) fn internal(e: impl std::fmt::Display) -> S3Error {
     S3Error::new(S3ErrorCode::InternalError, e.to_string())
 }
 
 /// The request body through the route's body stage (SigV4 chunk checks, aws-chunked decoding).
-struct SessionBody<'a> {
+pub(crate) struct SessionBody<'a> {
     session: &'a mut Session,
     stage: Option<&'a mut Box<dyn BodyStage>>,
     preread: Option<Bytes>,
     done: bool,
+}
+
+impl<'a> SessionBody<'a> {
+    /// The body of `session` through `stage`, after the pre-read `preread` if there is one.
+    pub(crate) fn new(
+        session: &'a mut Session,
+        stage: Option<&'a mut Box<dyn BodyStage>>,
+        preread: Option<Bytes>,
+    ) -> Self {
+        Self {
+            session,
+            stage,
+            preread,
+            done: false,
+        }
+    }
 }
 
 #[async_trait]
@@ -89,7 +107,50 @@ impl BodySource for SessionBody<'_> {
     }
 }
 
-fn header<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
+/// The object bytes a PUT or UploadPart carries (x-amz-decoded-content-length under
+/// aws-chunked framing, else Content-Length); none when unknown.
+pub(crate) fn body_size(session: &Session) -> Option<u64> {
+    header(session, "x-amz-decoded-content-length")
+        .or_else(|| header(session, "content-length"))
+        .and_then(|l| l.parse().ok())
+}
+
+/// Answers `Expect: 100-continue` (unless the body was read already) and returns the body
+/// the SigV4 stage pre-read, if it did.
+pub(crate) async fn continue_body(
+    session: &mut Session,
+    ctx: &FilterCtx,
+) -> Result<Option<Bytes>, S3Error> {
+    if ctx.body_preread {
+        return Ok(Some(session.get_retry_buffer().unwrap_or_default()));
+    }
+    if header(session, "expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) {
+        let cont = ResponseHeader::build(100, Some(0)).map_err(internal)?;
+        session
+            .write_response_header(Box::new(cont), false)
+            .await
+            .map_err(internal)?;
+    }
+    Ok(None)
+}
+
+/// The request headers kept with a staged object (content-type, ..., x-amz-meta-*).
+pub(crate) fn kept_headers(session: &Session) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = KEPT
+        .iter()
+        .filter_map(|h| header(session, h).map(|v| ((*h).to_owned(), v.to_owned())))
+        .collect();
+    for (k, v) in &session.req_header().headers {
+        if k.as_str().starts_with("x-amz-meta-") {
+            if let Ok(v) = v.to_str() {
+                headers.push((k.as_str().to_owned(), v.to_owned()));
+            }
+        }
+    }
+    headers
+}
+
+pub(crate) fn header<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
     session
         .req_header()
         .headers
@@ -111,46 +172,21 @@ impl WritebackFilter {
         if let Some(r) = self.node.dirty(&self.bucket, key) {
             self.node.unindex(&r);
         }
-        let decoded = match &ctx.payload {
-            floe_core::UpstreamPayload::Decoded { length } => Some(*length),
-            _ => None,
-        };
-        let size =
-            decoded.or_else(|| header(session, "content-length").and_then(|l| l.parse().ok()));
+        let size = body_size(session);
         let copy = header(session, "x-amz-copy-source").is_some();
         let plan = match size {
             Some(size) if !copy => self.node.plan(&opts, size),
             _ => None,
         };
+        // The stage must hand over the plain bytes (aws-chunked framing stripped); one that
+        // cannot leaves the PUT to the origin.
+        let plan = plan.filter(|_| ctx.body_stage.as_mut().is_none_or(|s| s.plain()));
         let Some(plan) = plan else {
             ctx.ext.insert(Mode("direct"));
             return Ok(false);
         };
-        if !ctx.body_preread
-            && header(session, "expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
-        {
-            let cont = ResponseHeader::build(100, Some(0)).map_err(internal)?;
-            session
-                .write_response_header(Box::new(cont), false)
-                .await
-                .map_err(internal)?;
-        }
-        let preread = if ctx.body_preread {
-            Some(session.get_retry_buffer().unwrap_or_default())
-        } else {
-            None
-        };
-        let mut headers: Vec<(String, String)> = KEPT
-            .iter()
-            .filter_map(|h| header(session, h).map(|v| ((*h).to_owned(), v.to_owned())))
-            .collect();
-        for (k, v) in &session.req_header().headers {
-            if k.as_str().starts_with("x-amz-meta-") {
-                if let Ok(v) = v.to_str() {
-                    headers.push((k.as_str().to_owned(), v.to_owned()));
-                }
-            }
-        }
+        let preread = continue_body(session, ctx).await?;
+        let headers = kept_headers(session);
         let obj = Object {
             bucket: &self.bucket,
             key,
@@ -188,7 +224,7 @@ impl WritebackFilter {
     }
 
     /// Writes `r` to the origin from its fragments, then frees them; the ETag to answer.
-    async fn sync(&self, r: Record) -> Result<String, S3Error> {
+    pub(crate) async fn sync(&self, r: Record) -> Result<String, S3Error> {
         let origin = self
             .origins
             .read()
@@ -347,6 +383,26 @@ impl RequestFilter for WritebackFilter {
             S3Op::ListObjects | S3Op::ListObjectsV2 => {
                 self.list(session, ctx);
                 Ok(false)
+            }
+            S3Op::CreateMultipartUpload => self.create_upload(session, ctx, &key).await,
+            S3Op::UploadPart
+            | S3Op::CompleteMultipartUpload
+            | S3Op::AbortMultipartUpload
+            | S3Op::ListParts
+                if crate::upload::our_upload(session).is_some() =>
+            {
+                let id = crate::upload::our_upload(session).unwrap_or_default();
+                match ctx.op {
+                    S3Op::UploadPart => self.upload_part(session, ctx, &key, &id).await,
+                    S3Op::CompleteMultipartUpload => {
+                        self.complete_upload(session, ctx, &key, &id).await
+                    }
+                    S3Op::AbortMultipartUpload => self.abort_upload(session, ctx, &id).await,
+                    _ => Err(S3Error::new(
+                        S3ErrorCode::NotImplemented,
+                        "ListParts of a write-back upload is not implemented.",
+                    )),
+                }
             }
             S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
                 if let Some(r) = self.node.dirty(&self.bucket, &key) {

@@ -18,4 +18,6 @@ pub mod service;
 pub mod stage;
 pub use plugin::FACTORY;
 pub mod list;
+pub mod multipart;
 pub mod repair;
+pub mod upload;

@@ -141,6 +141,7 @@ impl Plugin for WritebackPlugin {
             opts: self.settings.routes.get(&bucket).copied(),
             bucket,
             origins: self.origins.clone(),
+            uploads: Default::default(),
         }))
     }
 

@@ -103,11 +103,52 @@ impl Node {
         obj: Object<'_>,
         body: &mut dyn BodySource,
     ) -> Result<Outcome, S3Error> {
+        let (w, k) = (plan.w, usize::from(plan.geo.k));
+        let (record, reports, targets) = self.place(plan, obj, body).await?;
+        let got = reports.len();
+        match Quorum::count(reports, w) {
+            Ok(q) => self.journal(record, q).await.map(Outcome::Staged),
+            Err(short) if got >= k => {
+                tracing::warn!(id = %record.id, %short, "fragments short of the quorum: writing the origin first");
+                Ok(Outcome::NeedsSync(Box::new(record)))
+            }
+            Err(short) => {
+                self.abandon(record.id, &targets).await;
+                Err(slow_down(&short))
+            }
+        }
+    }
+
+    /// Stages one part of a multipart upload: durable on w nodes (each part is acknowledged
+    /// like a write), not journaled (the upload is, at its completion). Its record names the
+    /// fragments.
+    pub async fn stage_part(
+        self: &Arc<Self>,
+        plan: Plan,
+        obj: Object<'_>,
+        body: &mut dyn BodySource,
+    ) -> Result<Record, S3Error> {
+        let w = plan.w;
+        let (record, reports, targets) = self.place(plan, obj, body).await?;
+        match Quorum::count(reports, w) {
+            Ok(_) => Ok(record),
+            Err(short) => {
+                self.abandon(record.id, &targets).await;
+                Err(slow_down(&short))
+            }
+        }
+    }
+
+    /// Encodes `body` and streams its fragments to the planned nodes; the record (with the
+    /// placements reported durable) and the reports.
+    async fn place(
+        self: &Arc<Self>,
+        plan: Plan,
+        obj: Object<'_>,
+        body: &mut dyn BodySource,
+    ) -> Result<(Record, Vec<FsyncReport>, Vec<PeerRef>), S3Error> {
         let Plan {
-            id,
-            geo,
-            targets,
-            w,
+            id, geo, targets, ..
         } = plan;
         let mut senders = Vec::new();
         let mut tasks = JoinSet::new();
@@ -155,21 +196,7 @@ impl Node {
             coordinator: self.me().to_owned(),
             acked_ms: now_ms(),
         };
-        let got = reports.len();
-        match Quorum::count(reports, w) {
-            Ok(q) => self.journal(record, q).await.map(Outcome::Staged),
-            Err(short) if got >= usize::from(geo.k) => {
-                tracing::warn!(id = %id, %short, "fragments short of the quorum: writing the origin first");
-                Ok(Outcome::NeedsSync(Box::new(record)))
-            }
-            Err(short) => {
-                self.abandon(id, &targets).await;
-                Err(S3Error::new(
-                    S3ErrorCode::SlowDown,
-                    format!("the write could not be made durable ({short}); retry"),
-                ))
-            }
-        }
+        Ok((record, reports, targets))
     }
 
     /// Reads the body, checks its length, encodes it stripe by stripe and hands each fragment
@@ -331,6 +358,13 @@ impl Node {
             let _ = self.call(peer, call).await;
         }
     }
+}
+
+fn slow_down(short: &crate::journal::Shortfall) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::SlowDown,
+        format!("the write could not be made durable ({short}); retry"),
+    )
 }
 
 /// Sends a piece to a fragment's task; a task that ended (failed) is dropped.

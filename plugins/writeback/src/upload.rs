@@ -1,0 +1,310 @@
+//! The `writeback` stage's multipart calls (see [`crate::multipart`] for how parts are staged).
+
+use bytes::{Bytes, BytesMut};
+use floe_core::{FilterCtx, S3Error, S3ErrorCode};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use crate::filter::{
+    body_size, continue_body, internal, kept_headers, SessionBody, WritebackFilter,
+};
+use crate::multipart::{chosen_parts, parse_complete, xml, PartsBody, PREFIX};
+use crate::stage::{BodySource, Object, Outcome};
+
+/// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
+const MAX_COMPLETE_BODY: usize = 2 << 20;
+
+fn query<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
+    session
+        .req_header()
+        .uri
+        .query()?
+        .split('&')
+        .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// This route's upload id of the request, when Floe handed it out.
+pub fn our_upload(session: &Session) -> Option<String> {
+    query(session, "uploadId")
+        .filter(|id| id.starts_with(PREFIX))
+        .map(str::to_owned)
+}
+
+async fn answer(
+    session: &mut Session,
+    ctx: &FilterCtx,
+    status: u16,
+    headers: &[(&'static str, String)],
+    body: String,
+) -> Result<bool, S3Error> {
+    let mut resp = ResponseHeader::build(status, Some(4 + headers.len())).map_err(internal)?;
+    resp.insert_header("content-length", body.len().to_string())
+        .map_err(internal)?;
+    if !body.is_empty() {
+        resp.insert_header("content-type", "application/xml")
+            .map_err(internal)?;
+    }
+    for (k, v) in headers {
+        resp.insert_header(*k, v.as_str()).map_err(internal)?;
+    }
+    resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
+        .map_err(internal)?;
+    let empty = body.is_empty();
+    session
+        .write_response_header(Box::new(resp), empty)
+        .await
+        .map_err(internal)?;
+    if !empty {
+        session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await
+            .map_err(internal)?;
+    }
+    Ok(true)
+}
+
+const NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+impl WritebackFilter {
+    /// CreateMultipartUpload: staged here when w nodes are eligible, else the origin's.
+    pub(crate) async fn create_upload(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+        key: &str,
+    ) -> Result<bool, S3Error> {
+        let Some(opts) = self.opts else {
+            return Ok(false);
+        };
+        if self.node.plan(&opts, 0).is_none() {
+            return Ok(false);
+        }
+        let id = self.uploads.create(key, kept_headers(session));
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<InitiateMultipartUploadResult xmlns=\"{NS}\"><Bucket>{}</Bucket><Key>{}</Key><UploadId>{id}</UploadId></InitiateMultipartUploadResult>",
+            xml(&self.bucket),
+            xml(key)
+        );
+        answer(
+            session,
+            ctx,
+            200,
+            &[("x-floe-writeback", "staged".into())],
+            body,
+        )
+        .await
+    }
+
+    /// UploadPart of an upload Floe handed out: the part is staged (w fsyncs) before the 200.
+    pub(crate) async fn upload_part(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+        key: &str,
+        id: &str,
+    ) -> Result<bool, S3Error> {
+        let Some(opts) = self.opts else {
+            return Ok(false);
+        };
+        if !self.uploads.has(id, key) {
+            return Err(S3Error::new(
+                S3ErrorCode::NoSuchUpload,
+                "The specified upload does not exist.",
+            ));
+        }
+        let n = query(session, "partNumber")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| {
+                S3Error::new(
+                    S3ErrorCode::InvalidArgument,
+                    "Part number must be an integer between 1 and 10000, inclusive",
+                )
+            })?;
+        let size = body_size(session).ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            )
+        })?;
+        let plan = self.node.plan(&opts, size).ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::SlowDown,
+                "Too few write-back nodes for this part; retry.",
+            )
+        })?;
+        if !ctx.body_stage.as_mut().is_none_or(|s| s.plain()) {
+            return Err(S3Error::new(
+                S3ErrorCode::NotImplemented,
+                "This body encoding cannot be staged.",
+            ));
+        }
+        let preread = continue_body(session, ctx).await?;
+        let obj = Object {
+            bucket: &self.bucket,
+            key,
+            headers: Vec::new(),
+        };
+        let record = {
+            let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
+            self.node.stage_part(plan, obj, &mut body).await?
+        };
+        let etag = record.etag.clone();
+        if let Some(old) = self.uploads.put_part(id, n, record)? {
+            self.node.free(&old).await;
+        }
+        answer(
+            session,
+            ctx,
+            200,
+            &[("etag", etag), ("x-floe-writeback", "staged".into())],
+            String::new(),
+        )
+        .await
+    }
+
+    /// CompleteMultipartUpload: the chosen parts, re-encoded as one staged write.
+    pub(crate) async fn complete_upload(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+        key: &str,
+        id: &str,
+    ) -> Result<bool, S3Error> {
+        let Some(opts) = self.opts else {
+            return Ok(false);
+        };
+        let doc = self.read_small_body(session, ctx).await?;
+        let chosen = parse_complete(&String::from_utf8_lossy(&doc))?;
+        let up = self
+            .uploads
+            .take(id)
+            .filter(|u| u.key == key)
+            .ok_or_else(|| {
+                S3Error::new(
+                    S3ErrorCode::NoSuchUpload,
+                    "The specified upload does not exist.",
+                )
+            })?;
+        let parts = match chosen_parts(&up, &chosen) {
+            Ok(p) => p,
+            Err(e) => {
+                self.uploads.restore(id, up);
+                return Err(e);
+            }
+        };
+        if let Some(r) = self.node.dirty(&self.bucket, key) {
+            self.node.unindex(&r);
+        }
+        let total: u64 = parts.iter().map(|p| p.geometry.size).sum();
+        let obj = Object {
+            bucket: &self.bucket,
+            key,
+            headers: up.headers.clone(),
+        };
+        let mut body = PartsBody::new(self.node.clone(), parts);
+        let started = std::time::Instant::now();
+        let (etag, mode) = match self.node.plan(&opts, total) {
+            Some(plan) => match self.node.stage(plan, obj, &mut body).await? {
+                Outcome::Staged(acked) => (acked.record.etag, "staged"),
+                Outcome::NeedsSync(r) => (self.sync(*r).await?, "sync"),
+            },
+            None => (
+                self.parts_to_origin(key, total, &up.headers, body).await?,
+                "sync",
+            ),
+        };
+        crate::metrics::put(mode, started.elapsed());
+        for p in up.parts.values() {
+            self.node.free(p).await;
+        }
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUploadResult xmlns=\"{NS}\"><Location>/{}/{}</Location><Bucket>{}</Bucket><Key>{}</Key><ETag>{}</ETag></CompleteMultipartUploadResult>",
+            xml(&self.bucket), xml(key), xml(&self.bucket), xml(key), xml(&etag)
+        );
+        answer(
+            session,
+            ctx,
+            200,
+            &[("x-floe-writeback", mode.into())],
+            body,
+        )
+        .await
+    }
+
+    /// AbortMultipartUpload: the staged parts are freed.
+    pub(crate) async fn abort_upload(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+        id: &str,
+    ) -> Result<bool, S3Error> {
+        let up = self.uploads.take(id).ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::NoSuchUpload,
+                "The specified upload does not exist.",
+            )
+        })?;
+        for p in up.parts.values() {
+            self.node.free(p).await;
+        }
+        answer(session, ctx, 204, &[], String::new()).await
+    }
+
+    async fn parts_to_origin(
+        &self,
+        key: &str,
+        total: u64,
+        headers: &[(String, String)],
+        body: PartsBody,
+    ) -> Result<String, S3Error> {
+        let origin = self
+            .origins
+            .read()
+            .ok()
+            .and_then(|o| o.get(&self.bucket).cloned());
+        let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
+        let (b, k) = (
+            floe_core::BucketName::parse(&self.bucket).map_err(internal)?,
+            floe_core::ObjectKey::parse(key).map_err(internal)?,
+        );
+        let etag = origin
+            .put(&b, &k, total, headers, Box::new(body))
+            .await
+            .map_err(|e| {
+                S3Error::new(
+                    S3ErrorCode::SlowDown,
+                    format!("the upload could not be completed: {e}"),
+                )
+            })?;
+        Ok(etag.as_str().to_owned())
+    }
+
+    async fn read_small_body(
+        &self,
+        session: &mut Session,
+        ctx: &mut FilterCtx,
+    ) -> Result<BytesMut, S3Error> {
+        if !ctx.body_stage.as_mut().is_none_or(|s| s.plain()) {
+            return Err(S3Error::new(
+                S3ErrorCode::NotImplemented,
+                "This body encoding cannot be read here.",
+            ));
+        }
+        let preread = continue_body(session, ctx).await?;
+        let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
+        let mut doc = BytesMut::new();
+        while let Some(b) = body.next().await? {
+            doc.extend_from_slice(&b);
+            if doc.len() > MAX_COMPLETE_BODY {
+                return Err(S3Error::new(
+                    S3ErrorCode::MalformedXML,
+                    "The CompleteMultipartUpload body is too large.",
+                ));
+            }
+        }
+        Ok(doc)
+    }
+}
