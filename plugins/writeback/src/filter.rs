@@ -16,6 +16,7 @@ use crate::journal::Record;
 use crate::list::{self, ListAsk};
 use crate::metrics;
 use crate::node::Node;
+use crate::propagate::origin_of;
 use crate::propagate::{upload, Origins};
 use crate::stage::{BodySource, Object, Outcome};
 
@@ -225,11 +226,7 @@ impl WritebackFilter {
 
     /// Writes `r` to the origin from its fragments, then frees them; the ETag to answer.
     pub(crate) async fn sync(&self, r: Record) -> Result<String, S3Error> {
-        let origin = self
-            .origins
-            .read()
-            .ok()
-            .and_then(|o| o.get(&self.bucket).cloned());
+        let origin = origin_of(&self.origins, &self.bucket);
         let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
         let r = Arc::new(r);
         let result = upload(&self.node, &*origin, &r).await;

@@ -53,3 +53,27 @@ pub fn corrupt(n: u64) {
 pub fn corrupt_total() -> u64 {
     CORRUPT.as_ref().map_or(0, prometheus::IntCounter::get)
 }
+
+/// `floe_writeback_phase_seconds{phase}`: time spent in each phase of a write: `place`
+/// (encode and the fragments' fsync reports), `journal` (the record's fsync and copies),
+/// `propagate` (the origin upload), `repair` (rebuilding fragments).
+static PHASE_SECONDS: LazyLock<Option<HistogramVec>> = LazyLock::new(|| {
+    let h = HistogramVec::new(
+        HistogramOpts::new(
+            "floe_writeback_phase_seconds",
+            "Time in each write-back phase (place, journal, propagate, repair)",
+        )
+        .buckets(prometheus::exponential_buckets(0.0005, 2.0, 18).ok()?),
+        &["phase"],
+    )
+    .ok()?;
+    let _ = prometheus::register(Box::new(h.clone()));
+    Some(h)
+});
+
+/// Records `phase` taking `took`.
+pub fn phase(phase: &str, took: Duration) {
+    if let Some(h) = PHASE_SECONDS.as_ref() {
+        h.with_label_values(&[phase]).observe(took.as_secs_f64());
+    }
+}

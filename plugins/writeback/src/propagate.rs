@@ -21,6 +21,11 @@ use crate::node::Node;
 /// Origins by route bucket (each route's stage registers its own).
 pub type Origins = Arc<RwLock<HashMap<String, Arc<dyn OriginReader>>>>;
 
+/// The origin of `bucket`'s route.
+pub fn origin_of(origins: &Origins, bucket: &str) -> Option<Arc<dyn OriginReader>> {
+    origins.read().ok()?.get(bucket).cloned()
+}
+
 /// What propagation has done (shown by `GET /writeback`).
 #[derive(Debug, Default)]
 pub struct Counts {
@@ -121,16 +126,15 @@ impl Propagator {
                 self.node.free(&r).await;
                 continue;
             }
-            let origin = self
-                .origins
-                .read()
-                .ok()
-                .and_then(|o| o.get(&r.bucket).cloned());
+            let origin = origin_of(&self.origins, &r.bucket);
             let Some(origin) = origin else {
                 wait = wait.min(Duration::from_millis(250));
                 continue;
             };
-            match upload(&self.node, &*origin, &r).await {
+            let started = Instant::now();
+            let uploaded = upload(&self.node, &*origin, &r).await;
+            crate::metrics::phase("propagate", started.elapsed());
+            match uploaded {
                 Ok(()) => {
                     self.counts.propagated.fetch_add(1, Ordering::Relaxed);
                     self.counts

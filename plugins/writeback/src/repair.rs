@@ -18,6 +18,7 @@ use pingora::services::background::BackgroundService;
 use crate::codec::{self, Encoder};
 use crate::journal::{Placement, Record};
 use crate::node::Node;
+use crate::propagate::origin_of;
 
 /// What repair and scrub did (shown by `GET /writeback`).
 #[derive(Debug, Default)]
@@ -265,11 +266,7 @@ impl Repairer {
             if !matches!(self.node.call(&owner, call).await, Ok(reply) if reply.status == 404) {
                 continue;
             }
-            let origin = self
-                .origins
-                .read()
-                .ok()
-                .and_then(|o| o.get(&r.bucket).cloned());
+            let origin = origin_of(&self.origins, &r.bucket);
             let Some(origin) = origin else { continue };
             if crate::propagate::at_origin(&*origin, &r).await {
                 tracing::info!(id = %r.id, key = %r.key, "dropping a copy of a propagated write");
@@ -313,7 +310,10 @@ impl Repairer {
             self.counts
                 .bad
                 .fetch_add(bad.len() as u64, Ordering::Relaxed);
-            let Some(next) = self.node.rebuild(&r, &bad).await else {
+            let started = Instant::now();
+            let rebuilt = self.node.rebuild(&r, &bad).await;
+            crate::metrics::phase("repair", started.elapsed());
+            let Some(next) = rebuilt else {
                 tracing::warn!(id = %r.id, ?bad, "fragments could not be rebuilt");
                 continue;
             };

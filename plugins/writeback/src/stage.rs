@@ -150,6 +150,7 @@ impl Node {
         let Plan {
             id, geo, targets, ..
         } = plan;
+        let started = std::time::Instant::now();
         let mut senders = Vec::new();
         let mut tasks = JoinSet::new();
         for (i, peer) in targets.iter().enumerate() {
@@ -175,6 +176,8 @@ impl Node {
                 reports.push(rep);
             }
         }
+        crate::metrics::phase("place", started.elapsed());
+        tracing::debug!(%id, size = geo.size, reports = reports.len(), ms = started.elapsed().as_millis() as u64, "fragments placed");
         let placements: Vec<Placement> = reports
             .iter()
             .map(|r| Placement {
@@ -312,12 +315,14 @@ impl Node {
     /// Journals `record` with its quorum, copies the record to its fragment nodes and
     /// indexes it.
     async fn journal(self: &Arc<Self>, record: Record, q: Quorum) -> Result<Acked, S3Error> {
+        let started = std::time::Instant::now();
         let store = self.store.clone();
         let acked = tokio::task::spawn_blocking(move || store.journal.commit(record, q))
             .await
             .map_err(internal)?
             .map_err(internal)?;
         self.replicate(&acked.record).await;
+        crate::metrics::phase("journal", started.elapsed());
         self.index(Arc::new(acked.record.clone()));
         self.journaled.notify_one();
         Ok(acked)

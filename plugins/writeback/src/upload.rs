@@ -9,6 +9,7 @@ use crate::filter::{
     body_size, continue_body, internal, kept_headers, SessionBody, WritebackFilter,
 };
 use crate::multipart::{chosen_parts, parse_complete, xml, PartsBody, PREFIX};
+use crate::propagate::origin_of;
 use crate::stage::{BodySource, Object, Outcome};
 
 /// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
@@ -260,11 +261,7 @@ impl WritebackFilter {
         headers: &[(String, String)],
         body: PartsBody,
     ) -> Result<String, S3Error> {
-        let origin = self
-            .origins
-            .read()
-            .ok()
-            .and_then(|o| o.get(&self.bucket).cloned());
+        let origin = origin_of(&self.origins, &self.bucket);
         let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
         let (b, k) = (
             floe_core::BucketName::parse(&self.bucket).map_err(internal)?,
