@@ -117,9 +117,16 @@ def wait_until(what, check, timeout=20.0):
 def start_fleet(tmp, relay_port, n=3, **kw):
     """`n` nodes seeded with each other, once each sees all of them."""
     peers = [free_port() for _ in range(n)]
-    nodes = [Node(tmp, f"floe-{i}", relay_port, peers[i], [p for p in peers if p != peers[i]], **kw)
-             for i in range(n)]
-    names = {nd.name for nd in nodes}
-    for nd in nodes:
-        wait_until(f"{nd.name} to see the fleet", lambda nd=nd: set(nd.view()) == names)
+    nodes = []
+    try:
+        for i in range(n):
+            nodes.append(Node(tmp, f"floe-{i}", relay_port, peers[i],
+                              [p for p in peers if p != peers[i]], **kw))
+        names = {nd.name for nd in nodes}
+        for nd in nodes:
+            wait_until(f"{nd.name} to see the fleet", lambda nd=nd: set(nd.view()) == names)
+    except BaseException:
+        for nd in nodes:  # a node that failed to start must not leave the others running
+            nd.stop()
+        raise
     return nodes

@@ -170,6 +170,19 @@ def test_a_lost_fragment_node_and_a_corrupt_fragment_are_rebuilt_while_the_write
         relay.down()
 
 
+def test_a_fragment_node_that_stops_answering_mid_put_makes_it_a_synchronous_origin_write(wb, direct):
+    import signal
+    nodes, relay, _ = wb
+    nodes[2].proc.proc.send_signal(signal.SIGSTOP)  # still in every view: it is placed on
+    try:
+        body = os.urandom(MiB + 1)
+        h = put(nodes[0], "wb/data/00008-s.parquet", body)
+        assert h["x-floe-writeback"] == "sync"  # 2 of w=3 durable (>= k): the origin first
+        assert at_origin(direct, "wb/data/00008-s.parquet") == body
+    finally:
+        nodes[2].proc.proc.send_signal(signal.SIGCONT)
+
+
 def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio, direct, tmp_path):
     relay = Relay(minio.port)
     nodes = start_fleet(tmp_path, relay.port, n=2, **WB)  # w = 3 > 2 nodes

@@ -164,6 +164,7 @@ impl Plugin for WritebackPlugin {
                     node: node.clone(),
                     origins: self.origins.clone(),
                     retry_max: Duration::from_millis(n.retry_max_ms),
+                    concurrency: n.propagate_concurrency,
                     counts: self.counts.clone(),
                 },
             )),

@@ -14,6 +14,7 @@ use base64::Engine;
 use floe_core::{BucketName, ObjectKey, OriginError, OriginReader};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use tokio::task::JoinSet;
 
 use crate::journal::Record;
 use crate::node::Node;
@@ -96,6 +97,8 @@ pub struct Propagator {
     pub origins: Origins,
     /// Longest retry wait.
     pub retry_max: Duration,
+    /// Uploads at once.
+    pub concurrency: usize,
     /// Progress.
     pub counts: Arc<Counts>,
 }
@@ -104,6 +107,7 @@ impl Propagator {
     /// One pass over this node's dirty writes; returns when the next one is due.
     async fn pass(&self, due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>) -> Duration {
         let mut wait = self.retry_max;
+        let mut running = JoinSet::new();
         for r in self
             .node
             .all_dirty()
@@ -126,40 +130,64 @@ impl Propagator {
                 self.node.free(&r).await;
                 continue;
             }
-            let origin = origin_of(&self.origins, &r.bucket);
-            let Some(origin) = origin else {
+            let Some(origin) = origin_of(&self.origins, &r.bucket) else {
                 wait = wait.min(Duration::from_millis(250));
                 continue;
             };
-            let started = Instant::now();
-            let uploaded = upload(&self.node, &*origin, &r).await;
-            crate::metrics::phase("propagate", started.elapsed());
-            match uploaded {
-                Ok(()) => {
-                    self.counts.propagated.fetch_add(1, Ordering::Relaxed);
-                    self.counts
-                        .bytes
-                        .fetch_add(r.geometry.size, Ordering::Relaxed);
-                    due.remove(&r.id);
-                    self.node.free(&r).await;
+            while running.len() >= self.concurrency.max(1) {
+                if let Some(Ok(done)) = running.join_next().await {
+                    self.settle(done, due, &mut wait).await;
                 }
-                Err(_) if at_origin(&*origin, &r).await => {
-                    // Another node propagated it (this one was away when it was freed).
-                    due.remove(&r.id);
-                    self.node.free(&r).await;
-                }
-                Err(e) => {
-                    self.counts.failures.fetch_add(1, Ordering::Relaxed);
-                    let back = due.get(&r.id).map_or(Duration::from_millis(250), |(_, b)| {
-                        (*b * 2).min(self.retry_max)
-                    });
-                    tracing::info!(id = %r.id, key = %r.key, error = %e, retry_in = ?back, "propagation failed");
-                    due.insert(r.id, (Instant::now() + back, back));
-                    wait = wait.min(back);
-                }
+            }
+            let node = self.node.clone();
+            running.spawn(async move {
+                let started = Instant::now();
+                let uploaded = upload(&node, &*origin, &r).await;
+                crate::metrics::phase("propagate", started.elapsed());
+                // A failure for a write the origin already holds: another node propagated it
+                // (this one was away when it was freed).
+                let there = uploaded.is_err() && at_origin(&*origin, &r).await;
+                (r, uploaded, there)
+            });
+        }
+        while let Some(done) = running.join_next().await {
+            if let Ok(done) = done {
+                self.settle(done, due, &mut wait).await;
             }
         }
         wait
+    }
+
+    /// Frees a propagated write, or schedules a failed one's retry.
+    async fn settle(
+        &self,
+        (r, uploaded, there): (Arc<Record>, Result<(), OriginError>, bool),
+        due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>,
+        wait: &mut Duration,
+    ) {
+        match uploaded {
+            Ok(()) => {
+                self.counts.propagated.fetch_add(1, Ordering::Relaxed);
+                self.counts
+                    .bytes
+                    .fetch_add(r.geometry.size, Ordering::Relaxed);
+                due.remove(&r.id);
+                self.node.free(&r).await;
+            }
+            Err(_) if there => {
+                due.remove(&r.id);
+                self.node.free(&r).await;
+            }
+            Err(e) => {
+                self.counts.failures.fetch_add(1, Ordering::Relaxed);
+                let back = due.get(&r.id).map_or(Duration::from_millis(250), |(_, b)| {
+                    (*b * 2).min(self.retry_max)
+                });
+                tracing::info!(id = %r.id, key = %r.key, error = %e, retry_in = ?back, "propagation failed");
+                due.insert(r.id, (Instant::now() + back, back));
+                *wait = (*wait).min(back);
+            }
+        }
     }
 }
 
