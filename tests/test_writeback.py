@@ -183,6 +183,37 @@ def test_a_fragment_node_that_stops_answering_mid_put_makes_it_a_synchronous_ori
         nodes[2].proc.proc.send_signal(signal.SIGCONT)
 
 
+def test_the_last_acknowledged_write_of_a_key_wins_across_coordinators(wb, direct):
+    nodes, relay, tmp = wb
+    relay.refuse = {"PUT"}  # both writes stay staged
+    first, second = os.urandom(300_000), os.urandom(200_000)
+    assert put(nodes[0], "wb/data/00009-w.parquet", first)["x-floe-writeback"] == "staged"
+    assert put(nodes[1], "wb/data/00009-w.parquet", second)["x-floe-writeback"] == "staged"
+    for nd in nodes:
+        assert get(nd.port, "wb/data/00009-w.parquet").data == second, nd.name
+    relay.refuse = set()
+    wait_until("the later write at the origin", lambda: at_origin(direct, "wb/data/00009-w.parquet") == second)
+    wait_until("nothing left staged", lambda: all(
+        nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes))
+    assert at_origin(direct, "wb/data/00009-w.parquet") == second
+    # The first write was freed unpropagated, journal copies included: no restart replays it.
+    assert sum(nd.admin("GET", "/writeback")["superseded"] for nd in nodes) >= 1
+    wait_until("the first write's fragments freed", lambda: all(
+        nd.admin("GET", "/writeback")["fragment_bytes"] == 0 for nd in nodes))
+    assert not list(Path(tmp).glob("floe-*/wb/journal/*.json"))
+
+
+def test_a_delete_after_a_staged_write_is_never_undone_by_propagation(wb, direct):
+    nodes, relay, tmp = wb
+    relay.refuse = {"PUT"}
+    assert put(nodes[0], "wb/data/00010-d.parquet", b"x" * 5000)["x-floe-writeback"] == "staged"
+    s3_client(nodes[1].port).delete_object(Bucket=BUCKET, Key="wb/data/00010-d.parquet")
+    assert get(nodes[2].port, "wb/data/00010-d.parquet").status == 404
+    relay.refuse = set()
+    wait_until("the staged write freed everywhere", lambda: not list(Path(tmp).glob("floe-*/wb/journal/*.json")))
+    assert at_origin(direct, "wb/data/00010-d.parquet") is None
+
+
 def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio, direct, tmp_path):
     relay = Relay(minio.port)
     nodes = start_fleet(tmp_path, relay.port, n=2, **WB)  # w = 3 > 2 nodes

@@ -171,7 +171,7 @@ impl WritebackFilter {
         };
         // A staged write of the key is overtaken by this one, whichever path it takes.
         if let Some(r) = self.node.dirty(&self.bucket, key) {
-            self.node.unindex(&r);
+            self.node.supersede(&r).await;
         }
         let size = body_size(session);
         let copy = header(session, "x-amz-copy-source").is_some();
@@ -403,7 +403,7 @@ impl RequestFilter for WritebackFilter {
             }
             S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
                 if let Some(r) = self.node.dirty(&self.bucket, &key) {
-                    self.node.unindex(&r);
+                    self.node.supersede(&r).await;
                 }
                 Ok(false)
             }

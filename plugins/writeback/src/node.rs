@@ -23,6 +23,7 @@ pub struct Node {
     /// The fleet.
     pub fleet: Arc<dyn Fleet>,
     dirty: RwLock<HashMap<(String, String), Arc<Record>>>,
+    retired: std::sync::Mutex<Vec<Arc<Record>>>,
     /// Woken when a write is journaled (the propagator waits on it).
     pub journaled: Notify,
 }
@@ -34,6 +35,7 @@ impl Node {
             store,
             fleet,
             dirty: RwLock::default(),
+            retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
         }
     }
@@ -109,32 +111,79 @@ impl Node {
         d.get(&(bucket.to_owned(), key.to_owned())).cloned()
     }
 
-    /// Indexes `r` unless a later write of its key is indexed; true when it was.
+    /// The write of the two that a key's last acknowledgment is (ties broken by id, so every
+    /// node picks the same).
+    fn later(a: &Record, b: &Record) -> bool {
+        (a.acked_ms, a.id) > (b.acked_ms, b.id)
+    }
+
+    /// Indexes `r` unless a later write of its key is indexed (then `r` is retired); a write
+    /// it displaces is retired. True when `r` was indexed.
     pub fn index(&self, r: Arc<Record>) -> bool {
-        let Ok(mut d) = self.dirty.write() else {
-            return false;
-        };
-        let k = (r.bucket.clone(), r.key.clone());
-        match d.get(&k) {
-            Some(cur) if cur.acked_ms > r.acked_ms => false,
-            _ => {
-                d.insert(k, r);
-                true
+        let (kept, displaced) = {
+            let Ok(mut d) = self.dirty.write() else {
+                return false;
+            };
+            let k = (r.bucket.clone(), r.key.clone());
+            match d.get(&k) {
+                Some(cur) if cur.id != r.id && Self::later(cur, &r) => (false, Some(r)),
+                Some(cur) if cur.id == r.id => {
+                    d.insert(k, r);
+                    (true, None)
+                }
+                _ => (true, d.insert(k, r)),
             }
+        };
+        if let Some(old) = displaced {
+            self.retire(old);
+        }
+        kept
+    }
+
+    /// Drops `r` from the index (a DELETE or a newer write of its key went through this node)
+    /// and retires it; true when it was indexed.
+    pub fn unindex(&self, r: &Arc<Record>) -> bool {
+        let removed = {
+            let Ok(mut d) = self.dirty.write() else {
+                return false;
+            };
+            let k = (r.bucket.clone(), r.key.clone());
+            let here = d.get(&k).is_some_and(|cur| cur.id == r.id);
+            if here {
+                d.remove(&k);
+            }
+            here
+        };
+        if removed {
+            self.retire(r.clone());
+        }
+        removed
+    }
+
+    /// Drops `r` (a DELETE or a newer write of its key came through this node) from the index
+    /// and frees it on every node before the request goes on, so no node serves it after the
+    /// answer. The queue's later free of it finds nothing left.
+    pub async fn supersede(self: &Arc<Self>, r: &Arc<Record>) {
+        if self.unindex(r) {
+            self.free(r).await;
         }
     }
 
-    /// Drops `r` from the index if it is still the one indexed for its key; true when it was.
-    pub fn unindex(&self, r: &Record) -> bool {
-        let Ok(mut d) = self.dirty.write() else {
-            return false;
-        };
-        let k = (r.bucket.clone(), r.key.clone());
-        if d.get(&k).is_some_and(|cur| cur.id == r.id) {
-            d.remove(&k);
-            return true;
+    /// Queues a superseded write to be freed everywhere (its journal records included, so no
+    /// restart can replay it over the later write); the propagator frees it first thing.
+    fn retire(&self, r: Arc<Record>) {
+        if let Ok(mut q) = self.retired.lock() {
+            q.push(r);
         }
-        false
+        self.journaled.notify_one();
+    }
+
+    /// The superseded writes queued so far.
+    pub fn take_retired(&self) -> Vec<Arc<Record>> {
+        self.retired
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
     }
 
     /// Every indexed write, oldest first.

@@ -80,6 +80,25 @@ pub async fn at_origin(origin: &dyn OriginReader, r: &Record) -> bool {
     matches!(origin.head(&b, &k, None).await, Ok(Some(h)) if h.etag.as_str() == r.etag && h.size == r.geometry.size)
 }
 
+/// Whether the origin holds another version of `r`'s key written after `r` was acknowledged
+/// (Last-Modified has whole seconds; a second of slack either way).
+pub async fn newer_at_origin(origin: &dyn OriginReader, r: &Record) -> bool {
+    let (Ok(b), Ok(k)) = (BucketName::parse(&r.bucket), ObjectKey::parse(&r.key)) else {
+        return false;
+    };
+    let Ok(Some(h)) = origin.head(&b, &k, None).await else {
+        return false;
+    };
+    let modified = h
+        .headers
+        .iter()
+        .find(|(n, _)| n == "last-modified")
+        .and_then(|(_, v)| httpdate::parse_http_date(v).ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
+    h.etag.as_str() != r.etag && modified + 1000 >= r.acked_ms
+}
+
 struct Empty;
 
 #[async_trait]
@@ -107,6 +126,12 @@ impl Propagator {
     /// One pass over this node's dirty writes; returns when the next one is due.
     async fn pass(&self, due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>) -> Duration {
         let mut wait = self.retry_max;
+        // Superseded writes go first: none may reach the origin after the write that won.
+        for r in self.node.take_retired() {
+            self.counts.superseded.fetch_add(1, Ordering::Relaxed);
+            due.remove(&r.id);
+            self.node.free(&r).await;
+        }
         let mut running = JoinSet::new();
         for r in self
             .node

@@ -197,7 +197,7 @@ impl WritebackFilter {
             }
         };
         if let Some(r) = self.node.dirty(&self.bucket, key) {
-            self.node.unindex(&r);
+            self.node.supersede(&r).await;
         }
         let total: u64 = parts.iter().map(|p| p.geometry.size).sum();
         let obj = Object {
