@@ -208,6 +208,13 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// `s` escaped for an XML element body or attribute.
+pub fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    escape_into(&mut out, s);
+    out
+}
+
 /// Escapes text for an XML element body.
 pub(crate) fn escape_into(out: &mut String, s: &str) {
     for c in s.chars() {

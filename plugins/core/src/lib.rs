@@ -22,7 +22,7 @@ mod types;
 pub mod uri;
 pub mod wire;
 
-pub use error::{chain, Cause, S3Error, S3ErrorCode};
+pub use error::{chain, xml_escape, Cause, S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::S3Op;
 pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader};

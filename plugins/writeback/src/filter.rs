@@ -330,13 +330,7 @@ impl WritebackFilter {
         if dirty.is_empty() {
             return;
         }
-        let q = session.req_header().uri.query().unwrap_or("");
-        let param = |name: &str| {
-            q.split('&')
-                .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| list::decode_query(v))
-        };
+        let param = |name: &str| crate::upload::query(session, name).map(list::decode_query);
         let ask = ListAsk {
             prefix: param("prefix").unwrap_or_default(),
             delimiter: param("delimiter"),

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use floe_core::xml_escape;
+
 use crate::journal::Record;
 
 /// What the request asked for.
@@ -18,14 +20,6 @@ pub struct ListAsk {
     pub after: Option<String>,
     /// `encoding-type=url`: keys in the answer are URL-encoded.
     pub url: bool,
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
 }
 
 fn unescape(s: &str) -> String {
@@ -48,7 +42,7 @@ impl ListAsk {
         if self.url {
             floe_core::uri::uri_encode(key, false)
         } else {
-            escape(key)
+            xml_escape(key)
         }
     }
 
@@ -67,25 +61,9 @@ pub fn decode_query(v: &str) -> String {
 }
 
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn contents(ask: &ListAsk, r: &Record) -> String {
@@ -100,7 +78,7 @@ fn contents(ask: &ListAsk, r: &Record) -> String {
     format!(
         "<Contents><Key>{}</Key><LastModified>{modified}</LastModified><ETag>{}</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
         ask.show(&r.key),
-        escape(&r.etag),
+        xml_escape(&r.etag),
         r.geometry.size
     )
 }

@@ -193,14 +193,6 @@ impl BodySource for PartsBody {
     }
 }
 
-/// XML-escapes `s`.
-pub fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,21 +1,22 @@
 //! The `writeback` stage's multipart calls (see [`crate::multipart`] for how parts are staged).
 
 use bytes::{Bytes, BytesMut};
-use floe_core::{FilterCtx, S3Error, S3ErrorCode};
+use floe_core::{xml_escape, FilterCtx, S3Error, S3ErrorCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::filter::{
     body_size, continue_body, internal, kept_headers, SessionBody, WritebackFilter,
 };
-use crate::multipart::{chosen_parts, parse_complete, xml, PartsBody, PREFIX};
+use crate::multipart::{chosen_parts, parse_complete, PartsBody, PREFIX};
 use crate::propagate::origin_of;
 use crate::stage::{BodySource, Object, Outcome};
 
 /// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
 const MAX_COMPLETE_BODY: usize = 2 << 20;
 
-fn query<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
+/// The raw (still percent-encoded) value of query parameter `name`.
+pub(crate) fn query<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
     session
         .req_header()
         .uri
@@ -85,8 +86,8 @@ impl WritebackFilter {
         let id = self.uploads.create(key, kept_headers(session));
         let body = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<InitiateMultipartUploadResult xmlns=\"{NS}\"><Bucket>{}</Bucket><Key>{}</Key><UploadId>{id}</UploadId></InitiateMultipartUploadResult>",
-            xml(&self.bucket),
-            xml(key)
+            xml_escape(&self.bucket),
+            xml_escape(key)
         );
         answer(
             session,
@@ -223,7 +224,7 @@ impl WritebackFilter {
         }
         let body = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUploadResult xmlns=\"{NS}\"><Location>/{}/{}</Location><Bucket>{}</Bucket><Key>{}</Key><ETag>{}</ETag></CompleteMultipartUploadResult>",
-            xml(&self.bucket), xml(key), xml(&self.bucket), xml(key), xml(&etag)
+            xml_escape(&self.bucket), xml_escape(key), xml_escape(&self.bucket), xml_escape(key), xml_escape(&etag)
         );
         answer(
             session,
