@@ -3,6 +3,7 @@
 //! a fragment node (this node's own store directly, others over the peer API).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -22,7 +23,10 @@ pub struct Node {
     pub store: Arc<Store>,
     /// The fleet.
     pub fleet: Arc<dyn Fleet>,
-    dirty: RwLock<HashMap<(String, String), Arc<Record>>>,
+    /// Staged writes by bucket, then key (looked up by `&str`: no allocation on a read).
+    dirty: RwLock<HashMap<String, HashMap<String, Arc<Record>>>>,
+    /// How many writes `dirty` holds: a read of a route with none staged takes no lock.
+    staged: AtomicUsize,
     retired: std::sync::Mutex<Vec<Arc<Record>>>,
     /// Woken when a write is journaled (the propagator waits on it).
     pub journaled: Notify,
@@ -35,6 +39,7 @@ impl Node {
             store,
             fleet,
             dirty: RwLock::default(),
+            staged: AtomicUsize::new(0),
             retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
         }
@@ -91,7 +96,10 @@ impl Node {
     /// Drops write `id` from the index, whatever its key.
     pub fn unindex_id(&self, id: &crate::id::ObjectId) {
         if let Ok(mut d) = self.dirty.write() {
-            d.retain(|_, r| r.id != *id);
+            for keys in d.values_mut() {
+                keys.retain(|_, r| r.id != *id);
+            }
+            self.recount(&mut d);
         }
     }
 
@@ -107,8 +115,18 @@ impl Node {
 
     /// The acknowledged, unpropagated write of (`bucket`, `key`), if there is one.
     pub fn dirty(&self, bucket: &str, key: &str) -> Option<Arc<Record>> {
+        if self.staged.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         let d = self.dirty.read().ok()?;
-        d.get(&(bucket.to_owned(), key.to_owned())).cloned()
+        d.get(bucket)?.get(key).cloned()
+    }
+
+    /// Drops emptied buckets and publishes the count.
+    fn recount(&self, d: &mut HashMap<String, HashMap<String, Arc<Record>>>) {
+        d.retain(|_, keys| !keys.is_empty());
+        let n = d.values().map(HashMap::len).sum();
+        self.staged.store(n, Ordering::Relaxed);
     }
 
     /// The write of the two that a key's last acknowledgment is (ties broken by id, so every
@@ -124,15 +142,17 @@ impl Node {
             let Ok(mut d) = self.dirty.write() else {
                 return false;
             };
-            let k = (r.bucket.clone(), r.key.clone());
-            match d.get(&k) {
+            let keys = d.entry(r.bucket.clone()).or_default();
+            let out = match keys.get(&r.key) {
                 Some(cur) if cur.id != r.id && Self::later(cur, &r) => (false, Some(r)),
                 Some(cur) if cur.id == r.id => {
-                    d.insert(k, r);
+                    keys.insert(r.key.clone(), r);
                     (true, None)
                 }
-                _ => (true, d.insert(k, r)),
-            }
+                _ => (true, keys.insert(r.key.clone(), r)),
+            };
+            self.recount(&mut d);
+            out
         };
         if let Some(old) = displaced {
             self.retire(old);
@@ -147,10 +167,16 @@ impl Node {
             let Ok(mut d) = self.dirty.write() else {
                 return false;
             };
-            let k = (r.bucket.clone(), r.key.clone());
-            let here = d.get(&k).is_some_and(|cur| cur.id == r.id);
+            let keys = d.get_mut(&r.bucket);
+            let here = keys
+                .as_ref()
+                .and_then(|k| k.get(&r.key))
+                .is_some_and(|cur| cur.id == r.id);
             if here {
-                d.remove(&k);
+                if let Some(keys) = keys {
+                    keys.remove(&r.key);
+                }
+                self.recount(&mut d);
             }
             here
         };
@@ -191,7 +217,7 @@ impl Node {
         let mut v: Vec<Arc<Record>> = self
             .dirty
             .read()
-            .map(|d| d.values().cloned().collect())
+            .map(|d| d.values().flat_map(|keys| keys.values().cloned()).collect())
             .unwrap_or_default();
         v.sort_by_key(|r| r.acked_ms);
         v
