@@ -39,6 +39,19 @@ def at_origin(direct, key):
         return None
 
 
+def wait_all_at_origin(direct, acked, confirmed, timeout=120):
+    """Waits until the origin holds every body of `acked` (key -> bytes). Keys that matched go
+    into the set `confirmed` (each is fetched until it matches, then not again)."""
+
+    def all_there():
+        for k, b in acked.items():
+            if k not in confirmed and at_origin(direct, k) == b:
+                confirmed.add(k)
+        return len(confirmed) == len(acked)
+
+    wait_until("every acknowledged write at the origin", all_there, timeout=timeout)
+
+
 def test_a_put_is_staged_read_everywhere_at_once_and_reaches_the_origin(wb, direct):
     nodes, relay, _ = wb
     relay.down()  # the origin is away: the write can only be in the fleet

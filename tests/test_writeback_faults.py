@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 from conftest import BUCKET, s3_client
-from fleet import Node, start_fleet, wait_until
+from fleet import Node, start_fleet
 from relay import Relay
 from test_blocks import get
-from test_writeback import WB, at_origin
+from test_writeback import WB, wait_all_at_origin
 
 PUTS = 1000
 
@@ -125,15 +125,8 @@ def test_a_randomized_fault_run_loses_no_acknowledged_write_and_reads_no_wrong_b
             if nd.proc.proc.poll() is not None:
                 restart(i)
         confirmed = set()
-
-        def all_there():
-            for k, b in acked.items():
-                if k not in confirmed and at_origin(direct, k) == b:
-                    confirmed.add(k)
-            return len(confirmed) == len(acked)
-
         try:
-            wait_until("every acknowledged write at the origin", all_there, timeout=120)
+            wait_all_at_origin(direct, acked, confirmed)
         except AssertionError:
             lost = sorted(set(acked) - confirmed)
             print(f"fault run seed {seed}: {counts}; not at the origin: {lost[:20]}")

@@ -5,10 +5,10 @@ import os
 import time
 
 from conftest import BUCKET, s3_client
-from fleet import start_fleet, wait_until
+from fleet import start_fleet
 from relay import Relay
 from test_blocks import get
-from test_writeback import WB, at_origin
+from test_writeback import WB, at_origin, wait_all_at_origin
 
 OUTAGE = float(os.environ.get("FLOE_OUTAGE_SECONDS", "120"))
 
@@ -33,15 +33,7 @@ def test_minutes_of_origin_outage_lose_nothing_and_hide_nothing(minio, direct, t
             i += 1
         assert at_origin(direct, "wb/outage/00000.parquet") is None
         relay.refuse = set()
-        confirmed = set()
-
-        def all_there():
-            for k, b in acked.items():
-                if k not in confirmed and at_origin(direct, k) == b:
-                    confirmed.add(k)
-            return len(confirmed) == len(acked)
-
-        wait_until("every acknowledged write at the origin", all_there, timeout=120)
+        wait_all_at_origin(direct, acked, set())
         print(f"\noutage {OUTAGE:.0f} s: {len(acked)} PUTs acknowledged, all at the origin after")
     finally:
         for nd in nodes:
