@@ -26,17 +26,22 @@ PUBLIC_RW = "floe-public-rw"  # anonymous callers may read and put, nothing else
 
 
 _PORTS = random.Random()
+_GIVEN = set()  # ports handed out already: a fleet picks its peer ports before any node binds them
 
 
 def free_port():
     """A port free for TCP and UDP now, below the kernel's ephemeral range (32768-60999 here),
-    so no outgoing connection takes it between this call and the listener's bind."""
+    so no outgoing connection takes it between this call and the listener's bind, and never
+    one this process handed out before (it may be picked but not yet bound)."""
     while True:
         p = _PORTS.randrange(20000, 32000)
+        if p in _GIVEN:
+            continue
         try:
             with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
                 t.bind(("127.0.0.1", p))
                 u.bind(("127.0.0.1", p))
+            _GIVEN.add(p)
             return p
         except OSError:
             continue
@@ -71,7 +76,11 @@ class Proc:
         self.log = log
         self.port = port
         self.proc = subprocess.Popen(args, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-        wait_port(port, self.proc, what, host=host)
+        try:
+            wait_port(port, self.proc, what, host=host)
+        except RuntimeError as e:  # say why it did not start: the log is gone with tmp_path
+            tail = pathlib.Path(log).read_text(errors="replace").splitlines()[-15:]
+            raise RuntimeError(f"{e}; last lines of {log}:\n" + "\n".join(tail)) from None
 
     def stop(self):
         self.proc.terminate()

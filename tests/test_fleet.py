@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import BUCKET
+from conftest import BUCKET, free_port
 from fleet import Node, start_fleet, wait_until
 from relay import Relay
 from test_blocks import get
@@ -87,7 +87,7 @@ def test_gossip_without_the_secret_changes_no_view(fleet, minio, tmp_path_factor
     rejected = [nd.metric("floe_fleet_gossip_rejected_total") for nd in nodes]
     # An outsider: a real node with the wrong secret, seeded with the fleet's addresses.
     d = tmp_path_factory.mktemp("intruder")
-    intruder = Node(d, "intruder", relay.port, 0 or _free_udp_tcp_port(),
+    intruder = Node(d, "intruder", relay.port, free_port(),
                     [nd.peer_port for nd in nodes], secret="not-the-fleet-secret-000")
     try:
         # Junk datagrams too.
@@ -101,18 +101,6 @@ def test_gossip_without_the_secret_changes_no_view(fleet, minio, tmp_path_factor
         assert set(intruder.view()) == {"intruder"}
     finally:
         intruder.stop()
-
-
-def _free_udp_tcp_port():
-    from conftest import free_port
-    while True:
-        p = free_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return p
-            except OSError:
-                continue
 
 
 def test_an_overwritten_key_never_yields_a_mixed_version_body(fleet, direct):
@@ -253,7 +241,7 @@ def test_a_joining_node_takes_its_share_warm_from_the_previous_owners(fleet, dir
         direct.put_object(Bucket=BUCKET, Key=k, Body=b)
     for k in keys:  # warm through one node: each block is now at its owner
         assert get(active[0].port, k).data == blobs[k]
-    joiner = Node(d, "floe-3", relay.port, _free_udp_tcp_port(), [nd.peer_port for nd in nodes])
+    joiner = Node(d, "floe-3", relay.port, free_port(), [nd.peer_port for nd in nodes])
     try:
         names = {nd.name for nd in nodes} | {"floe-3"}
         wait_until("the fleet to see the joiner", lambda: all(
@@ -306,7 +294,7 @@ def netns():
 
 def test_a_node_cut_off_from_its_peers_still_serves_right_bytes(minio, direct, netns, tmp_path):
     relay = Relay(minio.port, bind="0.0.0.0")
-    peers = [_free_udp_tcp_port() for _ in range(3)]
+    peers = [free_port() for _ in range(3)]
     seeds = [f"10.231.1.1:{peers[0]}", f"10.231.1.1:{peers[1]}", f"10.231.0.3:{peers[2]}"]
     host_nodes = [Node(tmp_path, f"cut-{i}", relay.port, peers[i], [s for j, s in enumerate(seeds) if j != i],
                        peer_host="10.231.1.1") for i in range(2)]
@@ -346,7 +334,7 @@ def test_a_node_cut_off_from_its_peers_still_serves_right_bytes(minio, direct, n
 
 def test_sigterm_drains_the_node_before_it_exits(fleet):
     nodes, relay, d = fleet
-    leaving = Node(d, "floe-t", relay.port, _free_udp_tcp_port(), [nd.peer_port for nd in nodes], grace=3)
+    leaving = Node(d, "floe-t", relay.port, free_port(), [nd.peer_port for nd in nodes], grace=3)
     try:
         wait_until("the fleet to see the new node", lambda: all(
             nd.view().get("floe-t") == "active" for nd in nodes[:2]))
@@ -363,7 +351,7 @@ def test_sigterm_drains_the_node_before_it_exits(fleet):
 def test_a_drained_node_hands_its_blocks_over_before_it_exits(fleet, direct):
     nodes, relay, d = fleet
     staying = [nd for nd in nodes if nd.view().get(nd.name) == "active"]
-    giver = Node(d, "floe-h", relay.port, _free_udp_tcp_port(), [nd.peer_port for nd in nodes])
+    giver = Node(d, "floe-h", relay.port, free_port(), [nd.peer_port for nd in nodes])
     try:
         wait_until("the fleet to see the new node", lambda: all(
             nd.view().get("floe-h") == "active" for nd in staying))
