@@ -3,11 +3,13 @@
 //! quorum only through [`FsyncReport`], which only [`FragmentWriter::finish`] makes, after
 //! the file and its directory were fsynced. Blocking I/O: call it off the async threads.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::durable;
 use crate::id::ObjectId;
@@ -51,7 +53,8 @@ impl Drop for Reservation {
     }
 }
 
-/// A fragment being received.
+/// A fragment being received, its pieces in any order (a coordinator keeps several in
+/// flight), each written at its offset; shared between the calls carrying them.
 pub struct FragmentWriter {
     file: Option<File>,
     tmp: PathBuf,
@@ -59,7 +62,8 @@ pub struct FragmentWriter {
     index: u8,
     node: String,
     len: u64,
-    written: u64,
+    /// The pieces received: offset -> end, never overlapping.
+    pieces: Mutex<BTreeMap<u64, u64>>,
     reservation: Option<Reservation>,
 }
 
@@ -131,7 +135,7 @@ impl Fragments {
             index,
             node: node.to_owned(),
             len,
-            written: 0,
+            pieces: Mutex::default(),
             reservation: Some(reservation),
         })
     }
@@ -176,33 +180,61 @@ impl Fragments {
 }
 
 impl FragmentWriter {
-    /// Bytes appended so far.
-    pub fn written(&self) -> u64 {
-        self.written
+    /// Its announced length.
+    pub fn announced(&self) -> u64 {
+        self.len
     }
 
-    /// Appends the next piece.
-    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.written + bytes.len() as u64 > self.len {
+    /// Bytes received so far.
+    pub fn written(&self) -> u64 {
+        self.pieces
+            .lock()
+            .map_or(0, |p| p.iter().map(|(o, e)| e - o).sum())
+    }
+
+    /// Writes the piece at `off`: refused past the announced length, or overlapping a piece
+    /// already received (a repeated piece).
+    pub fn write_at(&self, off: u64, bytes: &[u8]) -> io::Result<()> {
+        let end = off.saturating_add(bytes.len() as u64);
+        if end > self.len {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "fragment longer than announced",
             ));
         }
-        let Some(f) = self.file.as_mut() else {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let Some(f) = self.file.as_ref() else {
             return Err(io::Error::other("fragment already finished"));
         };
-        f.write_all(bytes)?;
-        self.written += bytes.len() as u64;
-        Ok(())
+        {
+            let mut p = self
+                .pieces
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?;
+            if p.range(..end).next_back().is_some_and(|(_, e)| *e > off) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "fragment piece repeated or overlapping",
+                ));
+            }
+            p.insert(off, end);
+        }
+        f.write_all_at(bytes, off).inspect_err(|_| {
+            if let Ok(mut p) = self.pieces.lock() {
+                p.remove(&off);
+            }
+        })
     }
 
     /// Fsyncs the whole fragment into place (file, rename, directory) and reports it.
     pub fn finish(mut self) -> io::Result<FsyncReport> {
-        if self.written != self.len {
+        let written = self.written();
+        if written != self.len {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("fragment {} of {} bytes", self.written, self.len),
+                format!("fragment {written} of {} bytes", self.len),
             ));
         }
         if let Some(f) = self.file.take() {
@@ -237,8 +269,10 @@ mod tests {
         let id = ObjectId::random();
         let r = s.reserve(60).unwrap();
         assert!(s.reserve(60).is_none(), "over the ceiling");
-        let mut w = s.writer(&id, 3, 10, "n1", r).unwrap();
-        w.append(b"0123456789").unwrap();
+        let w = s.writer(&id, 3, 10, "n1", r).unwrap();
+        w.write_at(6, b"6789").unwrap();
+        assert!(w.write_at(5, b"56").is_err(), "overlaps a piece");
+        w.write_at(0, b"012345").unwrap();
         assert!(!s.has(&id, 3));
         let rep = w.finish().unwrap();
         assert_eq!((rep.index, rep.len, rep.node.as_str()), (3, 10, "n1"));
@@ -252,9 +286,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Fragments::open(d.path(), 100).unwrap();
         let id = ObjectId::random();
-        let mut w = s.writer(&id, 0, 10, "n", s.reserve(10).unwrap()).unwrap();
-        w.append(b"012").unwrap();
-        assert!(w.append(b"0123456789").is_err(), "longer than announced");
+        let w = s.writer(&id, 0, 10, "n", s.reserve(10).unwrap()).unwrap();
+        w.write_at(0, b"012").unwrap();
+        assert!(
+            w.write_at(3, b"0123456789").is_err(),
+            "longer than announced"
+        );
         assert!(w.finish().is_err(), "short");
         assert_eq!(s.used(), 0);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);

@@ -5,6 +5,7 @@
 pub mod codec;
 pub mod config;
 pub mod durable;
+pub mod etag;
 pub mod filter;
 pub mod fragments;
 pub mod id;

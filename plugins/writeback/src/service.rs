@@ -1,8 +1,9 @@
 //! This node's side of write-back on the peer API (`/v1/x/wb/...`), the same for a call from
 //! another node and from this node's own coordinator:
 //!
-//! - `PUT /frag?id=I&idx=N&len=L&off=O` appends the body to fragment `N` of `I` (announced
-//!   `L` bytes long; the first piece reserves them, 507 over the ceiling; 409 out of order);
+//! - `PUT /frag?id=I&idx=N&len=L&off=O` writes the body at `O` in fragment `N` of `I`
+//!   (announced `L` bytes long; the first piece to arrive reserves them, 507 over the
+//!   ceiling; pieces come in any order, 409 for one repeated or overlapping);
 //! - `POST /commit?id=I&idx=N` fsyncs it into place and answers 200 with this node's id: the
 //!   durability report;
 //! - `GET /frag?id=I&idx=N&off=O&len=L` reads it; `DELETE /frag?id=I&idx=N,M` frees those
@@ -32,7 +33,7 @@ pub struct Store {
     pub fragments: Fragments,
     /// Journal records (this node's and copies).
     pub journal: Journal,
-    receiving: Mutex<HashMap<(ObjectId, u8), FragmentWriter>>,
+    receiving: Mutex<HashMap<(ObjectId, u8), Arc<FragmentWriter>>>,
 }
 
 fn reply(status: u16, body: impl Into<Bytes>) -> PeerReply {
@@ -114,34 +115,29 @@ impl Store {
     }
 
     fn append(&self, id: ObjectId, idx: u8, len: u64, off: u64, body: &[u8]) -> PeerReply {
-        let key = (id, idx);
-        let taken = self.receiving.lock().ok().and_then(|mut r| r.remove(&key));
-        let mut w = match (taken, off) {
-            (Some(w), _) if w.written() == off => w,
-            (Some(w), _) => {
-                if let Ok(mut r) = self.receiving.lock() {
-                    r.insert(key, w);
-                }
-                return reply(409, "fragment piece out of order");
-            }
-            (None, 1..) => return reply(409, "fragment piece out of order"),
-            (None, 0) => {
-                let Some(r) = self.fragments.reserve(len) else {
-                    return reply(507, "write-back ceiling reached");
-                };
-                match self.fragments.writer(&id, idx, len, &self.node, r) {
-                    Ok(w) => w,
-                    Err(e) => return reply(500, e.to_string()),
+        let w = {
+            let Ok(mut r) = self.receiving.lock() else {
+                return reply(500, "poisoned");
+            };
+            match r.get(&(id, idx)) {
+                Some(w) if w.announced() == len => w.clone(),
+                Some(_) => return reply(400, "fragment length differs from its first piece"),
+                None => {
+                    let Some(res) = self.fragments.reserve(len) else {
+                        return reply(507, "write-back ceiling reached");
+                    };
+                    match self.fragments.writer(&id, idx, len, &self.node, res) {
+                        Ok(w) => r.entry((id, idx)).or_insert(Arc::new(w)).clone(),
+                        Err(e) => return reply(500, e.to_string()),
+                    }
                 }
             }
         };
-        if let Err(e) = w.append(body) {
-            return reply(400, e.to_string());
+        match w.write_at(off, body) {
+            Ok(()) => reply(200, ""),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => reply(409, e.to_string()),
+            Err(e) => reply(400, e.to_string()),
         }
-        if let Ok(mut r) = self.receiving.lock() {
-            r.insert(key, w);
-        }
-        reply(200, "")
     }
 
     fn commit(&self, id: ObjectId, idx: u8) -> PeerReply {
@@ -153,10 +149,23 @@ impl Store {
         let Some(w) = taken else {
             return reply(409, "no such fragment being received");
         };
+        let w = match Arc::try_unwrap(w) {
+            Ok(w) if w.written() == w.announced() => w,
+            Ok(w) => return self.receive_on(id, idx, Arc::new(w), "fragment incomplete"),
+            Err(w) => return self.receive_on(id, idx, w, "fragment pieces still arriving"),
+        };
         match w.finish() {
             Ok(_) => reply(200, self.node.to_string()),
             Err(e) => reply(500, e.to_string()),
         }
+    }
+
+    /// A commit that came too early: the fragment stays being received.
+    fn receive_on(&self, id: ObjectId, idx: u8, w: Arc<FragmentWriter>, why: &str) -> PeerReply {
+        if let Ok(mut r) = self.receiving.lock() {
+            r.insert((id, idx), w);
+        }
+        reply(409, why.to_owned())
     }
 
     /// Frees every fragment and the journal record of `id` kept here.
@@ -201,13 +210,11 @@ mod tests {
                 b,
             ))
         };
+        assert_eq!(put(3, b"def").status, 200, "pieces arrive in any order");
+        let early = s.answer(&call("POST", format!("/commit?id={id}&idx=2"), b""));
+        assert_eq!(early.status, 409, "a commit before every piece is refused");
         assert_eq!(put(0, b"abc").status, 200);
-        assert_eq!(
-            put(0, b"abc").status,
-            409,
-            "a repeated piece is out of order"
-        );
-        assert_eq!(put(3, b"def").status, 200);
+        assert_eq!(put(0, b"abc").status, 409, "a repeated piece is refused");
         let rep = s.answer(&call("POST", format!("/commit?id={id}&idx=2"), b""));
         assert_eq!((rep.status, &rep.body[..]), (200, &b"n1"[..]));
         let got = s.answer(&call(

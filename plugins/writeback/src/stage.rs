@@ -8,11 +8,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use floe_core::fleet::{PeerCall, PeerRef};
+use floe_core::fleet::{PeerCall, PeerError, PeerRef, PeerReply};
 use floe_core::{S3Error, S3ErrorCode};
-use md5::{Digest, Md5};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 
 use crate::codec::{self, Encoder, Geometry};
 use crate::config::RouteOptions;
@@ -20,6 +19,10 @@ use crate::fragments::FsyncReport;
 use crate::id::ObjectId;
 use crate::journal::{Acked, Placement, Quorum, Record};
 use crate::node::Node;
+
+/// Pieces of one fragment sent at once: a node writes each at its offset, so the round trips
+/// of a fragment's pieces overlap rather than add up.
+const PIECES_IN_FLIGHT: usize = 4;
 
 /// A request body as the coordinator reads it.
 #[async_trait]
@@ -170,6 +173,7 @@ impl Node {
             }
         };
         drop(senders);
+        let encoded = started.elapsed();
         let mut reports = Vec::new();
         while let Some(r) = tasks.join_next().await {
             if let Ok(Some(rep)) = r {
@@ -177,7 +181,7 @@ impl Node {
             }
         }
         crate::metrics::phase("place", started.elapsed());
-        tracing::debug!(%id, size = geo.size, reports = reports.len(), ms = started.elapsed().as_millis() as u64, "fragments placed");
+        tracing::debug!(%id, size = geo.size, reports = reports.len(), encoded_ms = encoded.as_millis() as u64, ms = started.elapsed().as_millis() as u64, "fragments placed");
         let placements: Vec<Placement> = reports
             .iter()
             .map(|r| Placement {
@@ -212,7 +216,7 @@ impl Node {
         senders: &mut [Option<mpsc::Sender<Bytes>>],
     ) -> Result<String, S3Error> {
         let stripe = geo.stripe_bytes as usize;
-        let mut md5 = Md5::new();
+        let mut etag = crate::etag::Etag::start();
         let mut buf = BytesMut::with_capacity(stripe.min(geo.size as usize));
         let mut enc = Some(Encoder::new(geo));
         let (mut j, mut total) = (0u64, 0u64);
@@ -232,8 +236,8 @@ impl Node {
                     "body longer than its length",
                 ));
             }
-            md5.update(&piece);
             buf.extend_from_slice(&piece);
+            etag.update(piece).await;
             while buf.len() >= stripe || (total == geo.size && !buf.is_empty()) {
                 let data = buf.split_to(stripe.min(buf.len())).freeze();
                 let mut e = enc.take().ok_or_else(|| internal("encoder lost"))?;
@@ -261,7 +265,7 @@ impl Node {
                 format!("{total} of {} bytes received", geo.size),
             ));
         }
-        Ok(format!("\"{}\"", hex::encode(md5.finalize())))
+        etag.finish().await.map_err(internal)
     }
 
     /// Streams fragment `index` to `peer`: the pieces on `rx`, then a commit. `None` when any
@@ -275,24 +279,32 @@ impl Node {
         mut rx: mpsc::Receiver<Bytes>,
     ) -> Option<FsyncReport> {
         let len = geo.fragment_len();
-        let mut off = 0u64;
-        let mut failed = false;
+        let (mut off, mut failed) = (0u64, false);
+        let mut flying = JoinSet::new();
+        let landed = |r: Option<Result<Result<PeerReply, PeerError>, JoinError>>| {
+            matches!(r, None | Some(Ok(Ok(PeerReply { status: 200, .. }))))
+        };
         while let Some(piece) = rx.recv().await {
+            while !failed && flying.len() >= PIECES_IN_FLIGHT {
+                failed = !landed(flying.join_next().await);
+            }
             if failed {
                 continue; // drain, so the encoder never waits on a dead fragment
             }
             let call = PeerCall {
                 method: "PUT",
                 path: format!("/frag?id={id}&idx={index}&len={len}&off={off}"),
-                body: piece.clone(),
+                body: piece,
             };
-            match self.call(&peer, call).await {
-                Ok(r) if r.status == 200 => off += piece.len() as u64,
-                other => {
-                    tracing::debug!(peer = %peer.id, index, ?other, "fragment piece refused");
-                    failed = true;
-                }
-            }
+            off += call.body.len() as u64;
+            let (me, peer) = (self.clone(), peer.clone());
+            flying.spawn(async move { me.call(&peer, call).await });
+        }
+        while let Some(r) = flying.join_next().await {
+            failed |= !landed(Some(r));
+        }
+        if failed {
+            tracing::debug!(peer = %peer.id, index, "fragment piece refused");
         }
         if failed || off != len {
             return None;
