@@ -15,6 +15,7 @@ server:
   listeners: [{{address: "{host}:{port}"}}]
   metrics_address: {host}:{mport}
   grace_period_seconds: {grace}
+{extra_server}
 origins:
   minio:
     endpoint: http://{origin_host}:{relay}
@@ -52,7 +53,7 @@ class Node:
 
     def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1,
                  host="127.0.0.1", peer_host="127.0.0.1", origin_host="127.0.0.1", netns=None,
-                 extra_fleet="", extra_route="", extra_top="", filters="sigv4, blocks"):
+                 extra_fleet="", extra_route="", extra_top="", filters="sigv4, blocks", extra_server=""):
         self.name = name
         self.host = host
         self.peer_port = peer_port
@@ -65,7 +66,7 @@ class Node:
             c1=CLIENT[0], s1=CLIENT[1], cache=d / "cache", token=ADMIN_TOKEN, node_id=name,
             peer=peer_port, seeds=", ".join(s if isinstance(s, str) else f"127.0.0.1:{s}" for s in seeds),
             grace=grace, host=host, peer_host=peer_host, origin_host=origin_host,
-            extra_fleet=extra_fleet, extra_route=extra_route, extra_top=extra_top.replace("{dir}", str(d)),
+            extra_fleet=extra_fleet, extra_route=extra_route, extra_server=extra_server, extra_top=extra_top.replace("{dir}", str(d)),
             filters=filters))
         env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, FLOE_FLEET_SECRET=secret)
         args = [str(FLOE_BIN), "--config", str(conf)]

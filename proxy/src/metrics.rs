@@ -71,6 +71,8 @@ pub struct Finished<'a> {
     pub elapsed: std::time::Duration,
     /// Origin bytes read.
     pub origin_bytes: u64,
+    /// Phases the stages timed.
+    pub phases: &'a [floe_core::spans::Phase],
 }
 
 /// Records one finished request.

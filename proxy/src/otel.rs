@@ -1,14 +1,17 @@
 //! OpenTelemetry export over OTLP/HTTP, on when `server.otlp_endpoint` names a collector: one
 //! span per S3 request (built at the end of the request from its recorded start, so nothing is
-//! held across awaits) and the request counters and latency histogram as OTel metrics.
+//! held across awaits) with the phases its stages timed as children, background phases
+//! ([`floe_core::spans::emit`]) as spans of their own, and the request counters and latency
+//! histogram as OTel metrics.
 //! Exporters run on the SDK's own threads; the request path only enqueues.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use floe_core::spans::Phase;
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
-use opentelemetry::trace::{Span, SpanKind, Tracer, TracerProvider};
+use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
@@ -77,6 +80,11 @@ pub fn init(endpoint: &str) -> anyhow::Result<()> {
         _metrics: metrics,
     };
     let _ = OTEL.set(otel);
+    floe_core::spans::set_sink(|p| {
+        if let Some(o) = OTEL.get() {
+            phase_span(&o.tracer, &p, &opentelemetry::Context::new());
+        }
+    });
     Ok(())
 }
 
@@ -105,5 +113,28 @@ pub fn record(r: &Finished<'_>) {
             KeyValue::new("floe.origin_bytes", r.origin_bytes as i64),
         ]))
         .start(&o.tracer);
+    if !r.phases.is_empty() {
+        let parent =
+            opentelemetry::Context::new().with_remote_span_context(span.span_context().clone());
+        for p in r.phases {
+            phase_span(&o.tracer, p, &parent);
+        }
+    }
     span.end();
+}
+
+/// Exports `p` as a span under `parent` (an empty context: a span of its own).
+fn phase_span(tracer: &SdkTracer, p: &Phase, parent: &opentelemetry::Context) {
+    let attrs: Vec<KeyValue> = p
+        .attrs
+        .iter()
+        .map(|(k, v)| KeyValue::new(*k, v.clone()))
+        .collect();
+    let mut span = tracer
+        .span_builder(p.name)
+        .with_kind(SpanKind::Internal)
+        .with_start_time(p.start)
+        .with_attributes(attrs)
+        .start_with_context(tracer, parent);
+    span.end_with_timestamp(p.start + p.took);
 }

@@ -191,6 +191,7 @@ impl ProxyHttp for FloeProxy {
             cache: ctx.f.cache.unwrap_or("pass"),
             elapsed: ctx.start.elapsed(),
             origin_bytes: ctx.origin_bytes,
+            phases: &ctx.f.phases,
         };
         metrics::record(&finished);
         otel::record(&finished);

@@ -72,6 +72,9 @@ pub struct FilterCtx {
     pub cache: Option<&'static str>,
     /// Origin bytes spent by filter stages that answered themselves.
     pub origin_bytes: u64,
+    /// Timed phases of the request, exported as its span's children (empty, and
+    /// allocation-free, unless a stage records one).
+    pub phases: Vec<crate::spans::Phase>,
     /// Per-request state of the stages, one value per type (a stage keys it by a type of its
     /// own). Empty, and allocation-free, for stages that keep none.
     pub ext: http::Extensions,
@@ -91,6 +94,7 @@ impl FilterCtx {
             body_preread: false,
             cache: None,
             origin_bytes: 0,
+            phases: Vec::new(),
             ext: http::Extensions::new(),
         }
     }

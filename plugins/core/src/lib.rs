@@ -18,6 +18,7 @@ mod op;
 mod origin;
 pub mod plugin;
 pub mod range;
+pub mod spans;
 mod types;
 pub mod uri;
 pub mod wire;

@@ -126,6 +126,11 @@ impl RequestId {
         }
         Self(n)
     }
+
+    /// The id as a number (trace and span ids are derived from it).
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
 }
 
 impl fmt::Display for RequestId {

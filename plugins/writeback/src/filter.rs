@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::range::{resolve, RangeAsk};
+use floe_core::spans::{Phase, Started};
 use floe_core::{BodyStage, ByteStream, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -201,11 +202,18 @@ impl WritebackFilter {
                 preread,
                 done: false,
             };
-            self.node.stage(plan, obj, &mut body).await?
+            self.node
+                .stage(plan, obj, &mut body, &mut ctx.phases)
+                .await?
         };
         let (etag, mode) = match outcome {
             Outcome::Staged(acked) => (acked.record.etag, "staged"),
-            Outcome::NeedsSync(r) => (self.sync(*r).await?, "sync"),
+            Outcome::NeedsSync(r) => {
+                let synced = Started::now();
+                let etag = self.sync(*r).await?;
+                ctx.phases.push(Phase::new("writeback.sync", synced));
+                (etag, "sync")
+            }
         };
         metrics::put(mode, started.elapsed());
         ctx.ext.insert(Mode(mode));

@@ -71,6 +71,25 @@ static PHASE_SECONDS: LazyLock<Option<HistogramVec>> = LazyLock::new(|| {
     Some(h)
 });
 
+/// Records background `phase` (`propagate`, `repair`) of write `id` from `started`: the
+/// histogram, and a span of its own when traces are exported.
+pub fn background(
+    phase: &'static str,
+    started: floe_core::spans::Started,
+    id: impl std::fmt::Display,
+) {
+    self::phase(phase, started.elapsed());
+    if floe_core::spans::enabled() {
+        let name = match phase {
+            "propagate" => "writeback.propagate",
+            _ => "writeback.repair",
+        };
+        floe_core::spans::emit(
+            floe_core::spans::Phase::new(name, started).attr("writeback.id", id),
+        );
+    }
+}
+
 /// Records `phase` taking `took`.
 pub fn phase(phase: &str, took: Duration) {
     if let Some(h) = PHASE_SECONDS.as_ref() {

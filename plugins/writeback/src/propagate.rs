@@ -166,9 +166,9 @@ impl Propagator {
             }
             let node = self.node.clone();
             running.spawn(async move {
-                let started = Instant::now();
+                let started = floe_core::spans::Started::now();
                 let uploaded = upload(&node, &*origin, &r).await;
-                crate::metrics::phase("propagate", started.elapsed());
+                crate::metrics::background("propagate", started, r.id);
                 // A failure for a write the origin already holds: another node propagated it
                 // (this one was away when it was freed).
                 let there = uploaded.is_err() && at_origin(&*origin, &r).await;

@@ -317,9 +317,9 @@ impl Repairer {
             self.counts
                 .bad
                 .fetch_add(bad.len() as u64, Ordering::Relaxed);
-            let started = Instant::now();
+            let started = floe_core::spans::Started::now();
             let rebuilt = self.node.rebuild(&r, &bad).await;
-            crate::metrics::phase("repair", started.elapsed());
+            crate::metrics::background("repair", started, r.id);
             let Some(next) = rebuilt else {
                 tracing::warn!(id = %r.id, ?bad, "fragments could not be rebuilt");
                 continue;

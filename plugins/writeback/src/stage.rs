@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use floe_core::fleet::{PeerCall, PeerError, PeerRef, PeerReply};
+use floe_core::spans::{Phase, Started};
 use floe_core::{S3Error, S3ErrorCode};
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinSet};
@@ -105,12 +106,13 @@ impl Node {
         plan: Plan,
         obj: Object<'_>,
         body: &mut dyn BodySource,
+        trace: &mut Vec<Phase>,
     ) -> Result<Outcome, S3Error> {
         let (w, k) = (plan.w, usize::from(plan.geo.k));
-        let (record, reports, targets) = self.place(plan, obj, body).await?;
+        let (record, reports, targets) = self.place(plan, obj, body, trace).await?;
         let got = reports.len();
         match Quorum::count(reports, w) {
-            Ok(q) => self.journal(record, q).await.map(Outcome::Staged),
+            Ok(q) => self.journal(record, q, trace).await.map(Outcome::Staged),
             Err(short) if got >= k => {
                 tracing::warn!(id = %record.id, %short, "fragments short of the quorum: writing the origin first");
                 Ok(Outcome::NeedsSync(Box::new(record)))
@@ -130,9 +132,10 @@ impl Node {
         plan: Plan,
         obj: Object<'_>,
         body: &mut dyn BodySource,
+        trace: &mut Vec<Phase>,
     ) -> Result<Record, S3Error> {
         let w = plan.w;
-        let (record, reports, targets) = self.place(plan, obj, body).await?;
+        let (record, reports, targets) = self.place(plan, obj, body, trace).await?;
         match Quorum::count(reports, w) {
             Ok(_) => Ok(record),
             Err(short) => {
@@ -149,11 +152,12 @@ impl Node {
         plan: Plan,
         obj: Object<'_>,
         body: &mut dyn BodySource,
+        trace: &mut Vec<Phase>,
     ) -> Result<(Record, Vec<FsyncReport>, Vec<PeerRef>), S3Error> {
         let Plan {
             id, geo, targets, ..
         } = plan;
-        let started = std::time::Instant::now();
+        let started = Started::now();
         let mut senders = Vec::new();
         let mut tasks = JoinSet::new();
         for (i, peer) in targets.iter().enumerate() {
@@ -181,6 +185,12 @@ impl Node {
             }
         }
         crate::metrics::phase("place", started.elapsed());
+        trace.push(
+            Phase::new("writeback.place", started)
+                .attr("writeback.id", id)
+                .attr("writeback.bytes", geo.size)
+                .attr("writeback.fragments_durable", reports.len()),
+        );
         tracing::debug!(%id, size = geo.size, reports = reports.len(), encoded_ms = encoded.as_millis() as u64, ms = started.elapsed().as_millis() as u64, "fragments placed");
         let placements: Vec<Placement> = reports
             .iter()
@@ -224,8 +234,8 @@ impl Node {
             .map(|i| codec::header(&geo, i as u8, id.bytes()))
             .collect();
         if geo.size == 0 {
-            for (i, h) in headers.iter().enumerate() {
-                send(&mut senders[i], h.clone()).await;
+            for (tx, h) in senders.iter_mut().zip(&headers) {
+                send(tx, h.clone()).await;
             }
         }
         while let Some(piece) = body.next().await? {
@@ -248,13 +258,16 @@ impl Node {
                 .await
                 .map_err(internal)?;
                 enc = Some(e);
-                for (i, shard) in shards.map_err(internal)?.into_iter().enumerate() {
+                // A fleet narrower than k + m (but at least w) places fewer fragments than
+                // the codec makes: the rest are erasures from the start.
+                let shards = shards.map_err(internal)?;
+                for ((tx, header), shard) in senders.iter_mut().zip(&headers).zip(shards) {
                     let piece = if j == 0 {
-                        [headers[i].clone(), shard].concat().into()
+                        [header.clone(), shard].concat().into()
                     } else {
                         shard
                     };
-                    send(&mut senders[i], piece).await;
+                    send(tx, piece).await;
                 }
                 j += 1;
             }
@@ -326,8 +339,13 @@ impl Node {
 
     /// Journals `record` with its quorum, copies the record to its fragment nodes and
     /// indexes it.
-    async fn journal(self: &Arc<Self>, record: Record, q: Quorum) -> Result<Acked, S3Error> {
-        let started = std::time::Instant::now();
+    async fn journal(
+        self: &Arc<Self>,
+        record: Record,
+        q: Quorum,
+        trace: &mut Vec<Phase>,
+    ) -> Result<Acked, S3Error> {
+        let started = Started::now();
         let store = self.store.clone();
         let acked = tokio::task::spawn_blocking(move || store.journal.commit(record, q))
             .await
@@ -335,6 +353,7 @@ impl Node {
             .map_err(internal)?;
         self.replicate(&acked.record).await;
         crate::metrics::phase("journal", started.elapsed());
+        trace.push(Phase::new("writeback.journal", started).attr("writeback.id", acked.record.id));
         self.index(Arc::new(acked.record.clone()));
         self.journaled.notify_one();
         Ok(acked)

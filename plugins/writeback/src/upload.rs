@@ -151,7 +151,9 @@ impl WritebackFilter {
         };
         let record = {
             let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
-            self.node.stage_part(plan, obj, &mut body).await?
+            self.node
+                .stage_part(plan, obj, &mut body, &mut ctx.phases)
+                .await?
         };
         let etag = record.etag.clone();
         if let Some(old) = self.uploads.put_part(id, n, record)? {
@@ -209,7 +211,11 @@ impl WritebackFilter {
         let mut body = PartsBody::new(self.node.clone(), parts);
         let started = std::time::Instant::now();
         let (etag, mode) = match self.node.plan(&opts, total) {
-            Some(plan) => match self.node.stage(plan, obj, &mut body).await? {
+            Some(plan) => match self
+                .node
+                .stage(plan, obj, &mut body, &mut ctx.phases)
+                .await?
+            {
                 Outcome::Staged(acked) => (acked.record.etag, "staged"),
                 Outcome::NeedsSync(r) => (self.sync(*r).await?, "sync"),
             },
