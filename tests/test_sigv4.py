@@ -149,14 +149,21 @@ def test_malformed_authorization(url, nothing_reaches_origin):
 
 # aws-chunked bodies, framed here so each chunk and trailer can be tampered with.
 
-def chunk_signed_put(url, data, chunk, tamper_chunk=None):
+def chunk_signed_put(url, data, chunk, tamper_chunk=None, trailer=None, tamper_trailer=False):
+    """A PUT in signed aws-chunked framing; with `trailer` (a CRC32 in base64) the signed
+    trailer form, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     n_chunks = (len(data) + chunk - 1) // chunk
+    tail = f"x-amz-checksum-crc32:{trailer}\r\nx-amz-trailer-signature:{'0' * 64}\r\n\r\n" if trailer else "\r\n"
     framed_len = sum(len(f"{min(chunk, len(data) - i):x};chunk-signature=") + 64 + 4 + min(chunk, len(data) - i)
-                     for i in range(0, len(data), chunk)) + len("0;chunk-signature=") + 64 + 4
+                     for i in range(0, len(data), chunk)) + len("0;chunk-signature=") + 64 + 2 + len(tail)
     headers = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
                "Content-Length": str(framed_len)}
-    req = sign("PUT", url, headers=headers, when=now, payload="STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+    mode = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+    if trailer:
+        headers["x-amz-trailer"] = "x-amz-checksum-crc32"
+        mode += "-TRAILER"
+    req = sign("PUT", url, headers=headers, when=now, payload=mode)
     seed = req.headers["Authorization"].rsplit("Signature=", 1)[1]
     ts = req.context["timestamp"]
     scope = f"{ts[:8]}/us-east-1/s3/aws4_request"
@@ -171,7 +178,15 @@ def chunk_signed_put(url, data, chunk, tamper_chunk=None):
                          hashlib.sha256(p).hexdigest()])
         prev = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
         sent = p if idx != tamper_chunk else b"X" + p[1:]
-        out += f"{len(p):x};chunk-signature={prev}\r\n".encode() + sent + b"\r\n"
+        out += f"{len(p):x};chunk-signature={prev}\r\n".encode() + sent
+        out += b"\r\n" if p or not trailer else b""
+    if trailer:
+        canonical = f"x-amz-checksum-crc32:{trailer}\n"
+        sts = "\n".join(["AWS4-HMAC-SHA256-TRAILER", ts, scope, prev, hashlib.sha256(canonical.encode()).hexdigest()])
+        sig = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
+        if tamper_trailer:
+            sig = sig[::-1]
+        out += f"x-amz-checksum-crc32:{trailer}\r\nx-amz-trailer-signature:{sig}\r\n\r\n".encode()
     assert len(out) == framed_len
     return send(req, body=out)
 
@@ -193,6 +208,24 @@ def test_signed_chunk_tampered_large_stores_nothing(direct, url):
     assert err(r) == (403, "SignatureDoesNotMatch")
     with pytest.raises(direct.exceptions.ClientError):
         direct.head_object(Bucket=BUCKET, Key="chunked/big-bad")
+
+
+def test_signed_chunks_with_a_signed_trailer_accepted(direct, url):
+    data = os.urandom(200_000)
+    r = chunk_signed_put(url("chunked/trailer-ok"), data, 65536, trailer=crc32_b64(data))
+    assert r.status == 200, r.data
+    assert direct.get_object(Bucket=BUCKET, Key="chunked/trailer-ok")["Body"].read() == data
+
+
+def test_a_bad_trailer_signature_or_checksum_stores_nothing(direct, url):
+    data = os.urandom(300_000)
+    r = chunk_signed_put(url("chunked/trailer-badsig"), data, 65536, trailer=crc32_b64(data), tamper_trailer=True)
+    assert err(r) == (403, "SignatureDoesNotMatch")
+    r = chunk_signed_put(url("chunked/trailer-badsum"), data, 65536, trailer="AAAAAA==")
+    assert err(r) == (400, "BadDigest")
+    for k in ("chunked/trailer-badsig", "chunked/trailer-badsum"):
+        with pytest.raises(direct.exceptions.ClientError):
+            direct.head_object(Bucket=BUCKET, Key=k)
 
 
 def trailer_put(url, data, crc_b64, chunk=65536):

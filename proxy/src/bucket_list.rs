@@ -39,6 +39,13 @@ impl Default for OriginBuckets {
 }
 
 impl OriginBuckets {
+    /// Drops what is kept for the origin named `name` (a bucket was made or removed).
+    pub fn forget(&self, name: &str) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.remove(name);
+        }
+    }
+
     /// The buckets `origin` has (kept for [`TTL`]).
     pub async fn of(&self, origin: &Origin) -> Result<BucketList, String> {
         if let Ok(kept) = self.kept.lock() {

@@ -63,7 +63,7 @@ impl CatalogSpec {
         {
             return Err(cx.err("catalog.path", "one path segment, like /catalog"));
         }
-        if routes.iter().any(|r| r.bucket.as_str() == seg) {
+        if routes.iter().any(|r| r.bucket.matches(seg)) {
             return Err(cx.err(
                 "catalog.path",
                 format!("bucket {seg:?} has a route; the catalog path would shadow it"),

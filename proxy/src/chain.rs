@@ -52,6 +52,7 @@ pub fn configure(
 }
 
 /// The started plugins, by name.
+#[derive(Clone)]
 pub struct Plugins {
     by_name: HashMap<&'static str, Arc<dyn Plugin>>,
     order: Vec<&'static str>,

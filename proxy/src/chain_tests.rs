@@ -119,7 +119,7 @@ async fn a_toy_filter_joins_the_chain_in_one_place() {
     )]);
     let table =
         crate::routes::RouteTable::new(&s.routes, &origins, &plugins, "us-east-1", &[]).unwrap();
-    let route = table.get("abc").unwrap();
+    let route = table.get("abc").unwrap().unwrap();
     let names: Vec<&str> = route.filters.iter().map(|f| f.name()).collect();
     assert_eq!(names, ["sigv4", "toy"]);
     // Its hooks run with the route's requests: the body hook sees the bytes and can refuse.
@@ -169,4 +169,40 @@ fn every_plugin_section_is_a_key_the_proxy_accepts() {
             );
         }
     }
+}
+
+const PATTERNS: &str = "server:\n  listeners: [{address: '127.0.0.1:1'}]\norigins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: 'analytics-*'\n    origin: o\n    anonymous: true\n  - bucket: analytics-raw\n    origin: o\n    anonymous: true\n    bucket_operations: true\n  - bucket: 'analytics-?'\n    origin: o\n    anonymous: true\n    bucket_operations: true\n";
+
+#[tokio::test]
+async fn a_named_route_wins_over_patterns_and_the_first_pattern_over_later_ones() {
+    let env = |_: &str| None;
+    let mut s = parse_with("t.yaml", PATTERNS, &env, &factories()).unwrap();
+    let plugins = start(std::mem::take(&mut s.plugins)).await.unwrap();
+    let origins = std::collections::HashMap::from([(
+        "o".to_owned(),
+        Arc::new(crate::origin::Origin::new(
+            &s.origins["o"],
+            &url::Url::parse("http://127.0.0.1:1").unwrap(),
+        )),
+    )]);
+    let table =
+        crate::routes::RouteTable::new(&s.routes, &origins, &plugins, "us-east-1", &[]).unwrap();
+    let raw = table.get("analytics-raw").unwrap().unwrap();
+    assert!(
+        raw.bucket_operations,
+        "the named route, though a pattern comes first"
+    );
+    let x = table.get("analytics-x").unwrap().unwrap();
+    assert_eq!(x.bucket.as_str(), "analytics-x");
+    assert!(
+        !x.bucket_operations,
+        "the first matching pattern, not the later one"
+    );
+    let again = table.get("analytics-x").unwrap().unwrap();
+    assert!(Arc::ptr_eq(&x, &again), "built once per bucket, then kept");
+    assert!(table.get("warehouse").unwrap().is_none());
+    assert!(
+        table.get("analytics-NOPE").is_err(),
+        "an invalid name matched is refused"
+    );
 }

@@ -240,11 +240,13 @@ impl Default for BreakerSection {
     }
 }
 
-/// A route: one bucket, its origin, who may use it, and its filters.
+/// A route: one bucket (or a pattern of them), its origin, who may use it, and its filters.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
-    /// The bucket clients address.
+    /// The bucket clients address, or a glob over bucket names (`analytics-*`: `*` any run of
+    /// characters, `?` one) for a deployment in front of many buckets. A request goes to the
+    /// route naming its bucket exactly, else to the first route whose pattern matches.
     pub bucket: String,
     /// Name of an entry under `origins`.
     pub origin: String,
@@ -266,6 +268,12 @@ pub struct RouteSection {
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
     pub writeback: Option<serde::de::IgnoredAny>,
+    /// Carry bucket-level operations to the origin: CreateBucket, DeleteBucket and
+    /// Get/PutBucketVersioning. Default `false`: they answer 501 NotImplemented, because a
+    /// cache in front of buckets should not create or delete them unless its operator says so.
+    /// (HeadBucket, GetBucketLocation and ListMultipartUploads are always carried.)
+    #[serde(default)]
+    pub bucket_operations: bool,
 }
 
 /// `anonymous:` on a route: a flag, or the list of operations unsigned requests may use.

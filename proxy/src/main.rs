@@ -5,6 +5,7 @@
 
 mod admin;
 mod bucket_list;
+mod bucket_match;
 mod catalog;
 mod catalog_index;
 mod catalog_mode;
@@ -18,6 +19,7 @@ mod origin_reader;
 mod otel;
 mod respond;
 mod route_config;
+mod route_patterns;
 mod routes;
 mod runtime;
 mod s3;
@@ -92,7 +94,7 @@ fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Orig
                     .routes
                     .iter()
                     .filter(|r| &r.origin == name)
-                    .map(|r| r.bucket.to_string())
+                    .filter_map(|r| r.bucket.name().map(|n| n.to_string()))
                     .collect();
                 let e = embedded::start(root, &buckets)?;
                 tracing::info!(origin = %name, addr = %e.addr, root = %root, "embedded origin started");

@@ -215,7 +215,9 @@ impl Origin {
         req.insert_header("host", &host)
             .map_err(|e| SignError(e.to_string()))?;
         if let UpstreamPayload::Decoded { length } = payload {
+            // The plain body goes on: its framing and trailer (checked here) stay behind.
             req.remove_header("x-amz-decoded-content-length");
+            req.remove_header("x-amz-trailer");
             strip_aws_chunked(req);
             req.insert_header("content-length", length.to_string())
                 .map_err(|e| SignError(e.to_string()))?;

@@ -1,11 +1,13 @@
-//! The `routes:` section validated: buckets, origins, client keys (the secret from exactly one
-//! source), anonymous operations, and filter names (each a plugin the chain knows, `sigv4`
-//! first).
+//! The `routes:` section validated: buckets (a name or a pattern), origins, client keys (the
+//! secret from exactly one source), anonymous operations, and filter names (each a plugin the
+//! chain knows, `sigv4` first).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use floe_core::config::ConfigCx as Ctx;
-use floe_core::{BucketName, S3Op};
+use floe_core::S3Op;
+
+use crate::bucket_match::BucketMatch;
 
 use crate::config::{AnonymousSection, FileConfig};
 use crate::runtime::{ConfigError, OriginSpec, RouteSpec, AUTH_STAGE};
@@ -25,9 +27,9 @@ pub fn routes(
     let mut out = Vec::new();
     for (i, r) in raw.routes.iter().enumerate() {
         let key = format!("routes[{i}]");
-        let bucket = BucketName::parse(&r.bucket)
-            .map_err(|e| cx.err(format!("{key}.bucket"), e.to_string()))?;
-        if !seen.insert(bucket.clone()) {
+        let bucket =
+            BucketMatch::parse(&r.bucket).map_err(|e| cx.err(format!("{key}.bucket"), e))?;
+        if !seen.insert(bucket.as_str().to_owned()) {
             return Err(cx.err(
                 format!("{key}.bucket"),
                 format!("bucket {bucket} is routed twice"),
@@ -102,6 +104,7 @@ pub fn routes(
             anonymous,
             clients,
             filters,
+            bucket_operations: r.bucket_operations,
         });
     }
     Ok(out)

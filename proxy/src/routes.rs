@@ -10,9 +10,10 @@ use floe_core::{BucketName, RequestFilter};
 use crate::chain::Plugins;
 use crate::origin::Origin;
 use crate::origin_reader::PingoraOriginReader;
+use crate::route_patterns::PatternRoute;
 use crate::runtime::RouteSpec;
 
-/// One route, built once from config.
+/// One route, built once from config (for a pattern route: once per bucket it served).
 pub struct Route {
     /// The bucket.
     pub bucket: BucketName,
@@ -22,6 +23,42 @@ pub struct Route {
     pub clients: HashSet<String>,
     /// Filter stages, in order.
     pub filters: Vec<Arc<dyn RequestFilter>>,
+    /// Bucket-level operations are carried to the origin.
+    pub bucket_operations: bool,
+}
+
+impl Route {
+    /// Builds `spec`'s stages for `bucket` from the started plugins.
+    pub fn build(
+        spec: &RouteSpec,
+        bucket: &BucketName,
+        origin: &Arc<Origin>,
+        plugins: &Plugins,
+        region: &str,
+    ) -> Result<Self, StartError> {
+        let cx = RouteCx {
+            bucket: Some(bucket),
+            route: spec.bucket.as_str(),
+            region,
+            clients: &spec.clients,
+            anonymous: &spec.anonymous,
+            origin: Some(Arc::new(PingoraOriginReader::new(origin.clone()))),
+            shared: plugins.shared(),
+        };
+        let filters = spec
+            .filters
+            .iter()
+            .map(|name| plugins.build(name, &cx))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("route {}: {e}", spec.bucket))?;
+        Ok(Self {
+            bucket: bucket.clone(),
+            origin: origin.clone(),
+            clients: spec.clients.iter().map(|(k, _)| k.clone()).collect(),
+            filters,
+            bucket_operations: spec.bucket_operations,
+        })
+    }
 }
 
 /// What a request addresses, from its Host and path.
@@ -33,10 +70,11 @@ pub struct Addressed<'a> {
     pub raw_key: &'a str,
 }
 
-/// Routes by bucket, plus a verifier over every client key (for ListBuckets and for
-/// authenticating requests to unknown buckets before saying NoSuchBucket).
+/// Routes by bucket name, then by pattern, plus a verifier over every client key (for
+/// ListBuckets and for authenticating requests to unknown buckets before saying NoSuchBucket).
 pub struct RouteTable {
     routes: HashMap<String, Arc<Route>>,
+    patterns: Vec<PatternRoute>,
     hostnames: Vec<String>,
     /// The authentication stage over all client keys.
     pub any_client: Arc<dyn RequestFilter>,
@@ -45,8 +83,9 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    /// Builds the table: each route's stages, by name, from the started plugins. `origins`
-    /// must hold every origin the specs name.
+    /// Builds the table: each named route's stages, by name, from the started plugins (a
+    /// pattern route's, per bucket, when a request first names it). `origins` must hold
+    /// every origin the specs name.
     pub fn new(
         specs: &[RouteSpec],
         origins: &HashMap<String, Arc<Origin>>,
@@ -55,36 +94,24 @@ impl RouteTable {
         hostnames: &[String],
     ) -> Result<Self, StartError> {
         let mut routes = HashMap::new();
+        let mut patterns = Vec::new();
         let mut all_keys = Vec::new();
         for spec in specs {
             let Some(origin) = origins.get(&spec.origin) else {
                 continue;
             };
-            let cx = RouteCx {
-                bucket: Some(&spec.bucket),
-                region,
-                clients: &spec.clients,
-                anonymous: &spec.anonymous,
-                origin: Some(Arc::new(PingoraOriginReader::new(origin.clone()))),
-                shared: plugins.shared(),
-            };
-            let filters = spec
-                .filters
-                .iter()
-                .map(|name| plugins.build(name, &cx))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("route {}: {e}", spec.bucket))?;
             all_keys.extend(spec.clients.iter().cloned());
-            let route = Route {
-                bucket: spec.bucket.clone(),
-                origin: origin.clone(),
-                clients: spec.clients.iter().map(|(k, _)| k.clone()).collect(),
-                filters,
-            };
-            routes.insert(spec.bucket.as_str().to_owned(), Arc::new(route));
+            match spec.bucket.name() {
+                Some(name) => {
+                    let route = Route::build(spec, name, origin, plugins, region)?;
+                    routes.insert(name.as_str().to_owned(), Arc::new(route));
+                }
+                None => patterns.push(PatternRoute::new(spec, origin, plugins, region)),
+            }
         }
         let any_client = plugins.authenticator(&RouteCx {
             bucket: None,
+            route: "",
             region,
             clients: &all_keys,
             anonymous: &[],
@@ -93,42 +120,60 @@ impl RouteTable {
         })?;
         Ok(Self {
             routes,
+            patterns,
             hostnames: hostnames.to_vec(),
             any_client,
             origin_buckets: Default::default(),
         })
     }
 
-    /// The route for a bucket.
-    pub fn get(&self, bucket: &str) -> Option<&Arc<Route>> {
-        self.routes.get(bucket)
-    }
-
-    /// Buckets whose route accepts `access_key`, sorted.
-    pub fn routes_for(&self, access_key: &str) -> Vec<&Arc<Route>> {
-        let mut v: Vec<&Arc<Route>> = self
-            .routes
-            .values()
-            .filter(|r| r.clients.contains(access_key))
-            .collect();
-        v.sort_by(|a, b| a.bucket.cmp(&b.bucket));
-        v
+    /// The route for a bucket: the route naming it, else the first pattern matching it
+    /// (built for it on first use). A pattern route whose stages cannot be built for the
+    /// bucket is an error.
+    pub fn get(&self, bucket: &str) -> Result<Option<Arc<Route>>, StartError> {
+        if let Some(r) = self.routes.get(bucket) {
+            return Ok(Some(r.clone()));
+        }
+        match self.patterns.iter().find(|p| p.matches(bucket)) {
+            Some(p) => p.route(bucket).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The caller's routed buckets that exist at their origins, with the origins' creation
-    /// dates, sorted by name. An origin that cannot be asked fails the listing (a list that
-    /// names missing buckets, or drops existing ones, misleads the tools that walk it).
+    /// dates, sorted by name: each named route's bucket, and the origin's buckets a pattern
+    /// route serves (those no earlier route claims). An origin that cannot be asked fails
+    /// the listing (a list that names missing buckets, or drops existing ones, misleads the
+    /// tools that walk it).
     pub async fn listed_buckets(
         &self,
         access_key: &str,
     ) -> Result<Vec<(BucketName, String)>, String> {
         let mut out = Vec::new();
-        for r in self.routes_for(access_key) {
+        for r in self
+            .routes
+            .values()
+            .filter(|r| r.clients.contains(access_key))
+        {
             let at_origin = self.origin_buckets.of(&r.origin).await?;
             if let Some((_, date)) = at_origin.iter().find(|(n, _)| n == r.bucket.as_str()) {
                 out.push((r.bucket.clone(), date.clone()));
             }
         }
+        for (i, p) in self.patterns.iter().enumerate() {
+            if !p.accepts(access_key) {
+                continue;
+            }
+            for (name, date) in self.origin_buckets.of(p.origin()).await?.iter() {
+                let first = self.patterns.iter().position(|q| q.matches(name));
+                if !self.routes.contains_key(name) && first == Some(i) {
+                    if let Ok(b) = BucketName::parse(name) {
+                        out.push((b, date.clone()));
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 

@@ -6,7 +6,6 @@ use std::path::Path;
 
 use floe_core::config::ConfigCx as Ctx;
 pub use floe_core::config::ConfigError;
-use floe_core::BucketName;
 
 use floe_core::plugin::PluginFactory;
 
@@ -82,8 +81,8 @@ pub struct OriginSpec {
 /// A route, validated.
 #[derive(Debug, Clone)]
 pub struct RouteSpec {
-    /// The bucket.
-    pub bucket: BucketName,
+    /// The bucket, or a pattern of them.
+    pub bucket: crate::bucket_match::BucketMatch,
     /// Origin name.
     pub origin: String,
     /// Operations unsigned requests may use (empty: none).
@@ -92,6 +91,8 @@ pub struct RouteSpec {
     pub clients: Vec<(String, String)>,
     /// Filter stages in order, by plugin name (each a known plugin).
     pub filters: Vec<String>,
+    /// Bucket-level operations are carried to the origin.
+    pub bucket_operations: bool,
 }
 
 /// The admin listener, validated.

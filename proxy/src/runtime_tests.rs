@@ -75,6 +75,20 @@ fn bad_values_are_named() {
         "{origin}routes:\n  - bucket: Bad_Name\n    origin: o\n    anonymous: true\n"
     )));
     assert_eq!(e.key, "routes[0].bucket");
+    let e = fails(&with(&format!(
+        "{origin}routes:\n  - bucket: 'Team-*'\n    origin: o\n    anonymous: true\n"
+    )));
+    assert_eq!(
+        (
+            e.key.as_str(),
+            e.reason.contains("'T' cannot be in a bucket pattern")
+        ),
+        ("routes[0].bucket", true)
+    );
+    let e = fails(&with(&format!(
+        "{origin}routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    bucket_operation: true\n"
+    )));
+    assert!(e.to_string().contains("bucket_operation"), "{e}");
     let e = fails(&with(&format!("{origin}routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [sigv4, nope]\n")));
     assert_eq!(e.key, "routes[0].filters[1]");
     let e = fails(&with(&format!(

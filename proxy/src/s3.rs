@@ -63,7 +63,14 @@ impl S3Mode {
         ctx.raw_key = addressed.raw_key.to_owned();
         ctx.query = strip_presign(query);
         let bucket = addressed.bucket.to_owned();
-        let Some(route) = self.table.get(&bucket).cloned() else {
+        let route = self.table.get(&bucket).map_err(|e| {
+            S3Error::new(
+                S3ErrorCode::InternalError,
+                "The bucket's route could not be built.",
+            )
+            .caused_by(std::io::Error::other(e.to_string()))
+        })?;
+        let Some(route) = route else {
             let mut scratch = FilterCtx::new(ctx.f.op);
             self.table
                 .any_client
@@ -104,6 +111,12 @@ impl S3Mode {
             return Err(S3Error::new(
                 S3ErrorCode::NotImplemented,
                 "Floe does not carry this operation",
+            ));
+        }
+        if ctx.f.op.is_bucket_admin() && !route.bucket_operations {
+            return Err(S3Error::new(
+                S3ErrorCode::NotImplemented,
+                "This route does not carry bucket operations (bucket_operations: false)",
             ));
         }
         if copy {
@@ -354,6 +367,11 @@ impl Mode for S3Mode {
         if let Some(r) = &ctx.route {
             for f in &r.filters {
                 f.logging(&ctx.f, status);
+            }
+            // A bucket made or removed through Floe shows in its next ListBuckets.
+            let made = matches!(ctx.f.op, S3Op::CreateBucket | S3Op::DeleteBucket);
+            if made && (200..300).contains(&status) {
+                self.table.origin_buckets.forget(&r.origin.name);
             }
         }
         ctx.permit = None;

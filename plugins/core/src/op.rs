@@ -25,13 +25,17 @@ pub enum S3Op {
     CompleteMultipartUpload,
     AbortMultipartUpload,
     ListParts,
+    CreateBucket,
+    DeleteBucket,
+    GetBucketVersioning,
+    PutBucketVersioning,
     /// Anything else: refused with 501 NotImplemented.
     Unsupported,
 }
 
 impl S3Op {
     /// Every operation Floe carries (not [`S3Op::Unsupported`]), for config validation.
-    pub const ALL: [S3Op; 20] = [
+    pub const ALL: [S3Op; 24] = [
         S3Op::ListBuckets,
         S3Op::HeadBucket,
         S3Op::GetBucketLocation,
@@ -52,6 +56,10 @@ impl S3Op {
         S3Op::CompleteMultipartUpload,
         S3Op::AbortMultipartUpload,
         S3Op::ListParts,
+        S3Op::CreateBucket,
+        S3Op::DeleteBucket,
+        S3Op::GetBucketVersioning,
+        S3Op::PutBucketVersioning,
     ];
 
     /// What an anonymous (unsigned) request may do on a route that does not list operations:
@@ -94,6 +102,10 @@ impl S3Op {
             return match method {
                 "HEAD" => HeadBucket,
                 "GET" if q("location") => GetBucketLocation,
+                "GET" if q("versioning") => GetBucketVersioning,
+                "PUT" if q("versioning") => PutBucketVersioning,
+                "PUT" if query.is_empty() => CreateBucket,
+                "DELETE" if query.is_empty() => DeleteBucket,
                 "GET" if q("versions") => ListObjectVersions,
                 "GET" if q("uploads") => ListMultipartUploads,
                 "GET" if q("list-type") => ListObjectsV2,
@@ -141,6 +153,17 @@ impl S3Op {
                 | ListParts
                 | DeleteObject
                 | AbortMultipartUpload
+                | GetBucketVersioning
+        )
+    }
+
+    /// Whether it manages a bucket itself (creates, deletes or configures it): carried only
+    /// on routes with `bucket_operations: true`.
+    pub fn is_bucket_admin(self) -> bool {
+        use S3Op::*;
+        matches!(
+            self,
+            CreateBucket | DeleteBucket | GetBucketVersioning | PutBucketVersioning
         )
     }
 
@@ -168,6 +191,10 @@ impl S3Op {
             CompleteMultipartUpload => "CompleteMultipartUpload",
             AbortMultipartUpload => "AbortMultipartUpload",
             ListParts => "ListParts",
+            CreateBucket => "CreateBucket",
+            DeleteBucket => "DeleteBucket",
+            GetBucketVersioning => "GetBucketVersioning",
+            PutBucketVersioning => "PutBucketVersioning",
             Unsupported => "Unsupported",
         }
     }
@@ -227,6 +254,18 @@ mod tests {
         assert_eq!(c("GET", true, false, "location", false), GetBucketLocation);
         assert_eq!(c("GET", true, false, "versions", false), ListObjectVersions);
         assert_eq!(c("GET", true, false, "policy", false), Unsupported);
+        assert_eq!(c("PUT", true, false, "", false), CreateBucket);
+        assert_eq!(c("DELETE", true, false, "", false), DeleteBucket);
+        assert_eq!(
+            c("GET", true, false, "versioning", false),
+            GetBucketVersioning
+        );
+        assert_eq!(
+            c("PUT", true, false, "versioning", false),
+            PutBucketVersioning
+        );
+        assert_eq!(c("PUT", true, false, "tagging", false), Unsupported);
+        assert!(CreateBucket.is_bucket_admin() && !HeadBucket.is_bucket_admin());
         assert_eq!(c("POST", true, false, "delete", false), DeleteObjects);
         assert_eq!(c("GET", true, true, "partNumber=1", false), GetObject);
         assert_eq!(c("GET", true, true, "uploadId=x", false), ListParts);

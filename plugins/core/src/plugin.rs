@@ -62,6 +62,10 @@ pub struct RouteCx<'a> {
     /// The route's bucket; `None` for the stage that authenticates requests to no route
     /// (ListBuckets, unknown buckets).
     pub bucket: Option<&'a BucketName>,
+    /// The route's `bucket:` as the config file writes it: the bucket, or the pattern a
+    /// pattern route was built from (for it, the stages are built once per bucket). Options
+    /// a plugin reads from the route's config are found by it. Empty without a route.
+    pub route: &'a str,
     /// The region clients sign for.
     pub region: &'a str,
     /// The client key pairs the route accepts.

@@ -1,5 +1,5 @@
-//! Body stages: the hex SHA-256 check and the `aws-chunked` decoder (signed chunks, or unsigned
-//! chunks with a checksum trailer). Written here because aws-sigv4 only signs; it has no
+//! Body stages: the hex SHA-256 check and the `aws-chunked` decoder (signed chunks, with or
+//! without a signed checksum trailer, or unsigned chunks with a checksum trailer). Written here because aws-sigv4 only signs; it has no
 //! verifier and no chunk decoder.
 
 use bytes::{Bytes, BytesMut};
@@ -102,6 +102,10 @@ pub struct ChunkedStage {
     holding: bool,
     plain: bool,
     last: bool,
+    /// Signed trailers: the canonical trailer lines (`name:value\n`, as received, the
+    /// signature line left out) and the x-amz-trailer-signature sent.
+    trailer_canon: String,
+    trailer_sig: Option<String>,
 }
 
 impl ChunkedStage {
@@ -150,6 +154,8 @@ impl ChunkedStage {
             chunk_sig: String::new(),
             held: BytesMut::new(),
             holding: false,
+            trailer_canon: String::new(),
+            trailer_sig: None,
         }
     }
 
@@ -218,6 +224,29 @@ impl ChunkedStage {
         Ok(())
     }
 
+    /// With signing, the trailer's own signature: chained from the final chunk's, over the
+    /// SHA-256 of the canonical trailer lines.
+    fn check_trailer(&self) -> Result<(), S3Error> {
+        let Some(s) = &self.signing else {
+            return Ok(());
+        };
+        let sts = format!(
+            "AWS4-HMAC-SHA256-TRAILER\n{}\n{}\n{}\n{}",
+            s.amz_date,
+            s.scope,
+            self.prev_sig,
+            hex::encode(Sha256::digest(self.trailer_canon.as_bytes()))
+        );
+        let sent = self.trailer_sig.as_deref().unwrap_or("");
+        if !auth::same_signature(&auth::sign(&s.key, &sts), sent) {
+            return Err(S3Error::new(
+                S3ErrorCode::SignatureDoesNotMatch,
+                "The trailer signature we calculated does not match the signature you provided.",
+            ));
+        }
+        Ok(())
+    }
+
     fn on_trailer_line(&mut self, line: &[u8]) -> Result<(), S3Error> {
         if line.is_empty() {
             return self.finish_trailer();
@@ -226,6 +255,18 @@ impl ChunkedStage {
         let Some((name, value)) = text.split_once(':') else {
             return Err(incomplete("malformed trailer line"));
         };
+        if self.signing.is_some() {
+            let name = name.trim().to_ascii_lowercase();
+            if name == "x-amz-trailer-signature" {
+                self.trailer_sig = Some(value.trim().to_owned());
+                return Ok(());
+            }
+            if self.trailer_canon.len() + line.len() > MAX_LINE_BYTES {
+                return Err(incomplete("aws-chunked trailer too long"));
+            }
+            self.trailer_canon
+                .push_str(&format!("{name}:{}\n", value.trim()));
+        }
         if Some(name.trim()) == self.trailer_name.as_deref() {
             let got = self
                 .checksum
@@ -250,6 +291,9 @@ impl ChunkedStage {
             return Err(incomplete(
                 "the declared x-amz-trailer checksum was not sent",
             ));
+        }
+        if self.trailer_name.is_some() {
+            self.check_trailer()?;
         }
         if self.seen_len != self.expected_len {
             return Err(incomplete(

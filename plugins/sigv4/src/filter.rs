@@ -62,15 +62,21 @@ fn payload_plan(
             let stage = ChunkedStage::new(None, header(h, "x-amz-trailer"), decoded_len(h)?)?;
             (UpstreamPayload::UnsignedTrailer, Some(Box::new(stage) as Box<dyn BodyStage>))
         }
-        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" => {
+        mode @ ("STREAMING-AWS4-HMAC-SHA256-PAYLOAD" | "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER") => {
             let signing = ChunkSigning {
                 key: v.signing_key,
                 amz_date: v.params.amz_date.clone(),
                 scope: v.params.scope(),
                 seed: v.params.signature.clone(),
             };
+            let trailer = match mode.ends_with("-TRAILER") {
+                true => Some(header(h, "x-amz-trailer").ok_or_else(|| {
+                    S3Error::new(S3ErrorCode::InvalidRequest, format!("{mode} needs an x-amz-trailer header"))
+                })?),
+                false => None,
+            };
             let length = decoded_len(h)?;
-            let stage = ChunkedStage::new(Some(signing), None, length)?;
+            let stage = ChunkedStage::new(Some(signing), trailer, length)?;
             (UpstreamPayload::Decoded { length }, Some(Box::new(stage) as Box<dyn BodyStage>))
         }
         hash if hash.len() == 64 && hash.bytes().all(|c| c.is_ascii_hexdigit()) => {
@@ -88,7 +94,7 @@ fn payload_plan(
             return Err(S3Error::new(S3ErrorCode::NotImplemented, format!("payload mode {other} is not supported")))
         }
         _ => {
-            return Err(S3Error::new(S3ErrorCode::InvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, or a valid sha256 value."))
+            return Err(S3Error::new(S3ErrorCode::InvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER, STREAMING-UNSIGNED-PAYLOAD-TRAILER, or a valid sha256 value."))
         }
     })
 }

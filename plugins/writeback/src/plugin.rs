@@ -138,7 +138,7 @@ impl Plugin for WritebackPlugin {
         }
         Ok(Arc::new(WritebackFilter {
             node,
-            opts: self.settings.routes.get(&bucket).copied(),
+            opts: self.settings.routes.get(route.route).copied(),
             bucket,
             origins: self.origins.clone(),
             uploads: Default::default(),
