@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need (Python venv with boto3/awscli/DuckDB/PyIceberg/Polars/pyarrow,
-# MinIO from the Go module proxy, the Iceberg REST catalog fixture from Maven Central), builds
-# Floe, then runs the Rust and the Python suites.
+# MinIO from the Go module proxy, the Iceberg REST catalog fixture from Maven Central, the
+# client-matrix programs), builds Floe, then runs the Rust and the Python suites.
 # Everything is cached under ${FLOE_CACHE:-~/.cache/floe} so reruns are fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,8 @@ if [ "${#need[@]}" -gt 0 ]; then
   fi
 fi
 export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
+
+tests/clients/build.sh   # the client matrix: AWS SDKs for Go and Java, s3fs, mc
 
 cargo build --bin floe-proxy --bin floe-control
 cargo test --workspace
