@@ -102,6 +102,9 @@ def main():
     finally:
         for nd in nodes:
             nd.stop()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=conftest.BUCKET, Prefix="wb-bench/"):
+            for o in page.get("Contents", []):  # ~1 GB a run: the bench's MinIO must not fill the disk
+                s3.delete_object(Bucket=conftest.BUCKET, Key=o["Key"])
         toxi.stop()
         minio.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -25,6 +25,10 @@ def go(mode, endpoint, prefix, d, env):
     return [str(BUILT / "s3check-go"), mode, endpoint, BUCKET, prefix, str(d)]
 
 
+def rust(mode, endpoint, prefix, d, env):
+    return [str(BUILT / "s3check-rust"), mode, endpoint, BUCKET, prefix, str(d)]
+
+
 def java(mode, endpoint, prefix, d, env):
     cp = f"{BUILT / 'java' / 'classes'}:{BUILT / 'java' / 'dependency'}/*"
     return ["java", "-cp", cp, "S3Check", mode, endpoint, BUCKET, prefix, str(d)]
@@ -40,7 +44,7 @@ def mc(mode, endpoint, prefix, d, env):
             mode, endpoint, BUCKET, prefix, str(d)]
 
 
-CLIENTS = {"aws-sdk-go-v2": (go, "s3check-go"), "aws-sdk-java-v2": (java, "java"),
+CLIENTS = {"aws-sdk-go-v2": (go, "s3check-go"), "aws-sdk-java-v2": (java, "java"), "aws-sdk-rust": (rust, "s3check-rust"),
            "s3fs-fsspec": (fsspec, "venv-s3fs"), "mc": (mc, "mc")}
 
 

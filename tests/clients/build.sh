@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the client-matrix programs (tests/test_client_matrix.py) into $FLOE_CACHE/clients:
-# the AWS SDK for Go v2 program, the AWS SDK for Java v2 program (Maven), a virtualenv with
+# the AWS SDK for Go v2 program, the AWS SDK for Java v2 program (Maven), the AWS SDK for Rust
+# program (its own cargo workspace and target directory), a virtualenv with
 # s3fs (its own: s3fs pins botocore through aiobotocore), and the MinIO client mc. Each is
 # rebuilt only when missing or when its sources changed.
 set -euo pipefail
@@ -25,6 +26,13 @@ if [ "$(cat "$OUT/java.stamp" 2>/dev/null)" != "$s" ]; then
   cp -r "$build/target/classes" "$build/target/dependency" "$OUT/java/"
   rm -rf "$build"
   echo "$s" >"$OUT/java.stamp"
+fi
+
+s=$(stamp rust/Cargo.toml rust/Cargo.lock rust/src/main.rs 2>/dev/null || stamp rust/Cargo.toml rust/src/main.rs)
+if [ "$(cat "$OUT/rust.stamp" 2>/dev/null)" != "$s" ]; then
+  (cd rust && CARGO_TARGET_DIR="$OUT/rust-target" cargo build -q)
+  cp "$OUT/rust-target/debug/s3check" "$OUT/s3check-rust"
+  echo "$s" >"$OUT/rust.stamp"
 fi
 
 if [ ! -x "$OUT/venv-s3fs/bin/python" ] || ! "$OUT/venv-s3fs/bin/python" -c "import s3fs" 2>/dev/null; then
