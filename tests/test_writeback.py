@@ -1,5 +1,6 @@
 """Write-back across a fleet: PUTs acknowledged once durable as Reed-Solomon fragments on
 distinct nodes, read back at once through any node, propagated to the origin, never lost."""
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -289,6 +290,19 @@ def test_a_boto3_multipart_upload_is_staged_part_by_part_and_read_whole(wb, dire
             Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"],
             MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": '"nope"'}]})
     assert "InvalidPart" in str(e.value)
+    c = s3_client(nodes[0].port)
+    for n, chunk in ((2, b"b" * 100), (1, b"a" * (5 * MiB)), (3, b"c" * 7)):
+        c.upload_part(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"], PartNumber=n, Body=chunk)
+    listed = c.list_parts(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"])
+    assert [(p["PartNumber"], p["Size"]) for p in listed["Parts"]] == [(1, 5 * MiB), (2, 100), (3, 7)]
+    assert listed["Parts"][0]["ETag"] == '"' + hashlib.md5(b"a" * (5 * MiB)).hexdigest() + '"'
+    page = c.list_parts(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"],
+                        MaxParts=1, PartNumberMarker=1)
+    assert [p["PartNumber"] for p in page["Parts"]] == [2] and page["IsTruncated"] and page["NextPartNumberMarker"] == 2
+    c.abort_multipart_upload(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"])
+    with pytest.raises(Exception) as e:
+        c.list_parts(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"])
+    assert "NoSuchUpload" in str(e.value)
     relay.up()
     wait_until("the upload to reach the origin",
                lambda: at_origin(direct, "wb/data/00006-mp.parquet") == body, timeout=30)

@@ -397,10 +397,7 @@ impl RequestFilter for WritebackFilter {
                         self.complete_upload(session, ctx, &key, &id).await
                     }
                     S3Op::AbortMultipartUpload => self.abort_upload(session, ctx, &id).await,
-                    _ => Err(S3Error::new(
-                        S3ErrorCode::NotImplemented,
-                        "ListParts of a write-back upload is not implemented.",
-                    )),
+                    _ => self.list_parts(session, ctx, &key, &id).await,
                 }
             }
             S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {

@@ -19,6 +19,7 @@ pub mod service;
 pub mod stage;
 pub use plugin::FACTORY;
 pub mod list;
+pub mod list_parts;
 pub mod multipart;
 pub mod repair;
 pub mod upload;

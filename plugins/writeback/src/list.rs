@@ -67,14 +67,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 fn contents(ask: &ListAsk, r: &Record) -> String {
-    let modified =
-        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.acked_ms) * 1_000_000)
-            .ok()
-            .and_then(|t| {
-                t.format(&time::format_description::well_known::Rfc3339)
-                    .ok()
-            })
-            .unwrap_or_default();
+    let modified = crate::list_parts::rfc3339(r.acked_ms);
     format!(
         "<Contents><Key>{}</Key><LastModified>{modified}</LastModified><ETag>{}</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
         ask.show(&r.key),

@@ -72,6 +72,16 @@ impl Uploads {
             .is_ok_and(|u| u.get(id).is_some_and(|up| up.key == key))
     }
 
+    /// The parts of upload `id` of `key` so far, by number.
+    pub fn parts(&self, id: &str, key: &str) -> Result<Vec<(u32, Arc<Record>)>, S3Error> {
+        let u = self.0.lock().map_err(|_| no_such_upload())?;
+        let up = u
+            .get(id)
+            .filter(|up| up.key == key)
+            .ok_or_else(no_such_upload)?;
+        Ok(up.parts.iter().map(|(n, r)| (*n, r.clone())).collect())
+    }
+
     /// Records part `n`; the part it replaced, if any (to free).
     pub fn put_part(&self, id: &str, n: u32, part: Record) -> Result<Option<Arc<Record>>, S3Error> {
         let mut u = self.0.lock().map_err(|_| no_such_upload())?;

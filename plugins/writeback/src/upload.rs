@@ -34,7 +34,7 @@ pub fn our_upload(session: &Session) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn answer(
+pub(crate) async fn answer(
     session: &mut Session,
     ctx: &FilterCtx,
     status: u16,
