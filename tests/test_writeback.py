@@ -306,3 +306,33 @@ def test_a_boto3_multipart_upload_is_staged_part_by_part_and_read_whole(wb, dire
     relay.up()
     wait_until("the upload to reach the origin",
                lambda: at_origin(direct, "wb/data/00006-mp.parquet") == body, timeout=30)
+
+
+def test_orphan_fragments_are_swept_and_a_staged_write_is_kept(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    sweep = dict(WB, extra_top="writeback: {dir: '{dir}/wb', capacity_bytes: 268435456, retry_max_ms: 500,"
+                               " scrub_interval_ms: 200, orphan_after_ms: 1000}")
+    nodes = start_fleet(tmp_path, relay.port, n=3, **sweep)
+    try:
+        relay.refuse = {"PUT"}  # the acknowledged write stays staged, older than orphan_after_ms
+        body = os.urandom(MiB + 7)
+        assert put(nodes[0], "wb/data/00008-kept.parquet", body)["x-floe-writeback"] == "staged"
+        frags = lambda: sorted(p.name for p in Path(tmp_path).glob("floe-*/wb/fragments/*.[0-9]"))
+        kept = frags()
+        assert len(kept) == 3
+        # An upload that never completes: its part's fragments are journaled nowhere.
+        c = s3_client(nodes[1].port)
+        up = c.create_multipart_upload(Bucket=BUCKET, Key="wb/data/00009-abandoned.parquet")
+        c.upload_part(Bucket=BUCKET, Key="wb/data/00009-abandoned.parquet", UploadId=up["UploadId"],
+                      PartNumber=1, Body=os.urandom(300_000))
+        assert len(frags()) == 6
+        removed = lambda: sum(nd.admin("GET", "/writeback")["orphan_fragments_removed"] for nd in nodes)
+        wait_until("the abandoned part's fragments to be swept", lambda: removed() == 3, timeout=30)
+        assert frags() == kept, "an acknowledged write's fragments are never orphans"
+        assert get(nodes[2].port, "wb/data/00008-kept.parquet").data == body
+        relay.refuse = set()
+        wait_until("the kept write to reach the origin", lambda: at_origin(direct, "wb/data/00008-kept.parquet") == body)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()

@@ -93,6 +93,17 @@ pub struct NodeSection {
     /// Default 10000 (10 s): longer than a restart's gossip gap, short next to a lost node.
     #[serde(default = "default_grace")]
     pub repair_grace_ms: u64,
+    /// How old a fragment no journal in the fleet names must be before a scrub removes it:
+    /// the leftovers of a write whose coordinator died before acknowledging it, or of a
+    /// multipart upload never completed (its parts are journaled only at completion, so this
+    /// is also how long an upload may stay open). Default 604800000 (7 days, a common
+    /// AbortIncompleteMultipartUpload rule).
+    #[serde(default = "default_orphan")]
+    pub orphan_after_ms: u64,
+}
+
+fn default_orphan() -> u64 {
+    604_800_000
 }
 
 fn default_scrub() -> u64 {
@@ -144,6 +155,8 @@ pub struct NodeSettings {
     pub scrub_interval_ms: u64,
     /// Repair grace.
     pub repair_grace_ms: u64,
+    /// Orphan age.
+    pub orphan_after_ms: u64,
 }
 
 /// Everything write-back was configured with.
@@ -212,6 +225,7 @@ pub fn validate(cx: &ConfigCx<'_>, raw: &FileSections) -> Result<Settings, Confi
                 retry_max_ms: n.retry_max_ms.max(250),
                 scrub_interval_ms: n.scrub_interval_ms.max(100),
                 repair_grace_ms: n.repair_grace_ms,
+                orphan_after_ms: n.orphan_after_ms.max(1000),
             })
         }
     };

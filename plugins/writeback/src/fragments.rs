@@ -140,6 +140,24 @@ impl Fragments {
         })
     }
 
+    /// Every kept fragment (not the ones being received) with its file's age.
+    pub fn list(&self) -> io::Result<Vec<(ObjectId, u8, std::time::Duration)>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((id, index)) = name.split_once('.') else {
+                continue;
+            };
+            let (Some(id), Ok(index)) = (ObjectId::parse(id), index.parse::<u8>()) else {
+                continue; // a partial file (`<id>.<n>.part`) or a stranger
+            };
+            let age = e.metadata()?.modified()?.elapsed().unwrap_or_default();
+            out.push((id, index, age));
+        }
+        Ok(out)
+    }
+
     /// `len` bytes of fragment `index` of `id` from `offset`.
     pub fn read(&self, id: &ObjectId, index: u8, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         let mut f = File::open(self.path(id, index))?;

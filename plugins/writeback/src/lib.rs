@@ -22,4 +22,5 @@ pub mod list;
 pub mod list_parts;
 pub mod multipart;
 pub mod repair;
+pub mod sweep;
 pub mod upload;

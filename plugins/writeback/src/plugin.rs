@@ -174,6 +174,7 @@ impl Plugin for WritebackPlugin {
                     node: node.clone(),
                     scrub_every: Duration::from_millis(n.scrub_interval_ms),
                     grace: Duration::from_millis(n.repair_grace_ms),
+                    orphan_after: Duration::from_millis(n.orphan_after_ms),
                     counts: self.repairs.clone(),
                     origins: self.origins.clone(),
                 },
@@ -229,6 +230,7 @@ impl AdminHandler for Admin {
                 "scrubbed_fragments": self.repairs.examined.load(Ordering::Relaxed),
                 "bad_fragments": self.repairs.bad.load(Ordering::Relaxed),
                 "repairs": self.repairs.repaired.load(Ordering::Relaxed),
+                "orphan_fragments_removed": self.repairs.orphans.load(Ordering::Relaxed),
             }),
         ))
     }

@@ -29,6 +29,8 @@ pub struct RepairCounts {
     pub bad: AtomicU64,
     /// Fragments rebuilt and placed again.
     pub repaired: AtomicU64,
+    /// Orphan fragments removed (see [`crate::sweep`]).
+    pub orphans: AtomicU64,
 }
 
 impl Node {
@@ -232,6 +234,8 @@ pub struct Repairer {
     pub scrub_every: Duration,
     /// How long a fragment's node may be gone before the fragment is rebuilt elsewhere.
     pub grace: Duration,
+    /// How old an orphan fragment must be before a scrub removes it.
+    pub orphan_after: Duration,
     /// Progress.
     pub counts: Arc<RepairCounts>,
     /// Origins by bucket (a copy is dropped only once the origin holds its write).
@@ -352,6 +356,10 @@ impl BackgroundService for Repairer {
             }
             self.pass(scrub, &mut gone_since).await;
             self.prune_copies(&mut checked).await;
+            if scrub {
+                let n = self.node.sweep_orphans(self.orphan_after).await;
+                self.counts.orphans.fetch_add(n, Ordering::Relaxed);
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1).min(self.scrub_every)) => {}
                 _ = shutdown.changed() => return,

@@ -1,0 +1,74 @@
+//! Orphan fragments: kept fragments no journal names, left by a write whose coordinator died
+//! before acknowledging it, or by a multipart upload never completed (parts are journaled
+//! only at completion). A scrub removes those older than `orphan_after_ms`, and only once
+//! every active node answered that it keeps no record of the write: a node that missed an
+//! acknowledged write's journal copy still holds a fragment that counts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use floe_core::fleet::PeerCall;
+
+use crate::id::ObjectId;
+use crate::node::Node;
+
+impl Node {
+    /// Removes the orphan fragments older than `older_than`; how many it removed.
+    pub async fn sweep_orphans(self: &Arc<Self>, older_than: Duration) -> u64 {
+        let store = self.store.clone();
+        let listed = tokio::task::spawn_blocking(move || {
+            let kept = store.fragments.list().unwrap_or_default();
+            kept.into_iter()
+                .filter(|(id, _, age)| *age >= older_than && !store.journal.has(id))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut by_id: BTreeMap<ObjectId, Vec<u8>> = BTreeMap::new();
+        for (id, index, _) in listed {
+            by_id.entry(id).or_default().push(index);
+        }
+        let mut removed = 0;
+        for (id, indices) in by_id {
+            if self.journaled_elsewhere(&id).await {
+                continue;
+            }
+            tracing::info!(%id, ?indices, "removing orphan fragments");
+            let store = self.store.clone();
+            let n = indices.len() as u64;
+            let gone = tokio::task::spawn_blocking(move || {
+                indices
+                    .iter()
+                    .all(|i| store.fragments.remove(&id, *i).is_ok())
+            })
+            .await
+            .unwrap_or(false);
+            if gone {
+                removed += n;
+            }
+        }
+        removed
+    }
+
+    /// Whether another active node keeps a record of `id`, or could not say (then the
+    /// fragment stays: removing it is safe only on every node's "no").
+    async fn journaled_elsewhere(self: &Arc<Self>, id: &ObjectId) -> bool {
+        for peer in self.fleet.ranked("") {
+            if *peer.id == *self.me() {
+                continue;
+            }
+            let call = PeerCall {
+                method: "GET",
+                path: format!("/journal?id={id}"),
+                body: Bytes::new(),
+            };
+            match self.call(&peer, call).await {
+                Ok(r) if r.status == 404 => {}
+                _ => return true,
+            }
+        }
+        false
+    }
+}
