@@ -336,3 +336,33 @@ def test_orphan_fragments_are_swept_and_a_staged_write_is_kept(minio, direct, tm
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def test_an_upload_spread_over_every_node_lists_completes_and_aborts_anywhere(wb, direct):
+    nodes, relay, _ = wb
+    relay.down()
+    c = [s3_client(nd.port) for nd in nodes]  # a load balancer sends each call elsewhere
+    key = "wb/data/00010-spread.parquet"
+    up = c[0].create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+    chunks = {1: os.urandom(5 * MiB), 2: os.urandom(5 * MiB), 3: os.urandom(1234)}
+    etags = {n: c[n % 3].upload_part(Bucket=BUCKET, Key=key, UploadId=up, PartNumber=n, Body=b)["ETag"]
+             for n, b in chunks.items()}
+    listed = c[2].list_parts(Bucket=BUCKET, Key=key, UploadId=up)["Parts"]
+    assert [(p["PartNumber"], p["ETag"]) for p in listed] == sorted(etags.items())
+    done = c[1].complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": n, "ETag": e} for n, e in sorted(etags.items())]})
+    assert done["ResponseMetadata"]["HTTPHeaders"]["x-floe-writeback"] == "staged"
+    whole = chunks[1] + chunks[2] + chunks[3]
+    assert all(get(nd.port, key).data == whole for nd in nodes)
+    for cl in c:
+        with pytest.raises(Exception) as e:
+            cl.list_parts(Bucket=BUCKET, Key=key, UploadId=up)
+        assert "NoSuchUpload" in str(e.value), "every node forgot the completed upload"
+    gone = c[2].create_multipart_upload(Bucket=BUCKET, Key="wb/data/00011-gone.parquet")["UploadId"]
+    c[0].upload_part(Bucket=BUCKET, Key="wb/data/00011-gone.parquet", UploadId=gone, PartNumber=1, Body=b"x" * 10)
+    c[1].abort_multipart_upload(Bucket=BUCKET, Key="wb/data/00011-gone.parquet", UploadId=gone)
+    with pytest.raises(Exception) as e:
+        c[0].upload_part(Bucket=BUCKET, Key="wb/data/00011-gone.parquet", UploadId=gone, PartNumber=2, Body=b"y")
+    assert "NoSuchUpload" in str(e.value)
+    relay.up()
+    wait_until("the spread upload to reach the origin", lambda: at_origin(direct, key) == whole, timeout=30)

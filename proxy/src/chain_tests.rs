@@ -101,14 +101,13 @@ static TOY: ToyFactory = ToyFactory;
 
 const YAML: &str = "server:\n  listeners: [{address: '127.0.0.1:1'}]\norigins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [sigv4, toy]\n";
 
-#[tokio::test]
-async fn a_toy_filter_joins_the_chain_in_one_place() {
-    // The one line: the toy factory beside the chain's own.
-    let mut factories = factories();
-    factories.push(&TOY);
+/// The route table of `yaml` (its one origin named `o`) and its started plugins.
+async fn table_of(
+    yaml: &str,
+    factories: &[&'static dyn PluginFactory],
+) -> (crate::routes::RouteTable, Plugins) {
     let env = |_: &str| None;
-    let mut s = parse_with("t.yaml", YAML, &env, &factories).unwrap();
-    assert_eq!(s.routes[0].filters, ["sigv4", "toy"]);
+    let mut s = parse_with("t.yaml", yaml, &env, factories).unwrap();
     let plugins = start(std::mem::take(&mut s.plugins)).await.unwrap();
     let origins = std::collections::HashMap::from([(
         "o".to_owned(),
@@ -119,6 +118,15 @@ async fn a_toy_filter_joins_the_chain_in_one_place() {
     )]);
     let table =
         crate::routes::RouteTable::new(&s.routes, &origins, &plugins, "us-east-1", &[]).unwrap();
+    (table, plugins)
+}
+
+#[tokio::test]
+async fn a_toy_filter_joins_the_chain_in_one_place() {
+    // The one line: the toy factory beside the chain's own.
+    let mut factories = factories();
+    factories.push(&TOY);
+    let (table, plugins) = table_of(YAML, &factories).await;
     let route = table.get("abc").unwrap().unwrap();
     let names: Vec<&str> = route.filters.iter().map(|f| f.name()).collect();
     assert_eq!(names, ["sigv4", "toy"]);
@@ -175,18 +183,7 @@ const PATTERNS: &str = "server:\n  listeners: [{address: '127.0.0.1:1'}]\norigin
 
 #[tokio::test]
 async fn a_named_route_wins_over_patterns_and_the_first_pattern_over_later_ones() {
-    let env = |_: &str| None;
-    let mut s = parse_with("t.yaml", PATTERNS, &env, &factories()).unwrap();
-    let plugins = start(std::mem::take(&mut s.plugins)).await.unwrap();
-    let origins = std::collections::HashMap::from([(
-        "o".to_owned(),
-        Arc::new(crate::origin::Origin::new(
-            &s.origins["o"],
-            &url::Url::parse("http://127.0.0.1:1").unwrap(),
-        )),
-    )]);
-    let table =
-        crate::routes::RouteTable::new(&s.routes, &origins, &plugins, "us-east-1", &[]).unwrap();
+    let (table, _) = table_of(PATTERNS, &factories()).await;
     let raw = table.get("analytics-raw").unwrap().unwrap();
     assert!(
         raw.bucket_operations,

@@ -45,8 +45,6 @@ pub struct WritebackFilter {
     pub bucket: String,
     /// Origins by bucket (for a synchronous write).
     pub origins: Origins,
-    /// Multipart uploads staged here.
-    pub uploads: crate::multipart::Uploads,
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> S3Error {
@@ -396,7 +394,7 @@ impl RequestFilter for WritebackFilter {
                     S3Op::CompleteMultipartUpload => {
                         self.complete_upload(session, ctx, &key, &id).await
                     }
-                    S3Op::AbortMultipartUpload => self.abort_upload(session, ctx, &id).await,
+                    S3Op::AbortMultipartUpload => self.abort_upload(session, ctx, &key, &id).await,
                     _ => self.list_parts(session, ctx, &key, &id).await,
                 }
             }

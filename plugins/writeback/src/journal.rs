@@ -165,6 +165,27 @@ impl Journal {
     }
 }
 
+/// A record for tests: `key`, `size` bytes, ETag `etag`, acknowledged at `acked_ms`.
+#[cfg(test)]
+pub(crate) fn sample(key: &str, size: u64, etag: &str, acked_ms: u64) -> Record {
+    Record {
+        id: ObjectId::random(),
+        bucket: "b".into(),
+        key: key.into(),
+        etag: etag.into(),
+        headers: Vec::new(),
+        geometry: crate::codec::Geometry {
+            k: 2,
+            m: 1,
+            stripe_bytes: 1 << 20,
+            size,
+        },
+        placements: Vec::new(),
+        coordinator: "n".into(),
+        acked_ms,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

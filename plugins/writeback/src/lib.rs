@@ -7,6 +7,7 @@ pub mod config;
 pub mod durable;
 pub mod etag;
 pub mod filter;
+pub mod fleet_uploads;
 pub mod fragments;
 pub mod id;
 pub mod journal;

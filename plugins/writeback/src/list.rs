@@ -164,26 +164,14 @@ pub fn merge(xml: &str, ask: &ListAsk, dirty: &[Arc<Record>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Geometry;
-    use crate::id::ObjectId;
 
     fn rec(key: &str, size: u64) -> Arc<Record> {
-        Arc::new(Record {
-            id: ObjectId::random(),
-            bucket: "b".into(),
-            key: key.into(),
-            etag: "\"e1\"".into(),
-            headers: Vec::new(),
-            geometry: Geometry {
-                k: 2,
-                m: 1,
-                stripe_bytes: 1 << 20,
-                size,
-            },
-            placements: Vec::new(),
-            coordinator: "n".into(),
-            acked_ms: 1_764_540_000_000,
-        })
+        Arc::new(crate::journal::sample(
+            key,
+            size,
+            "\"e1\"",
+            1_764_540_000_000,
+        ))
     }
 
     const PAGE: &str = "<?xml version=\"1.0\"?><ListBucketResult><Name>b</Name><Prefix>t/</Prefix><KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><Delimiter>/</Delimiter><IsTruncated>false</IsTruncated><Contents><Key>t/a</Key><Size>1</Size></Contents><Contents><Key>t/c</Key><Size>3</Size></Contents><CommonPrefixes><Prefix>t/m/</Prefix></CommonPrefixes></ListBucketResult>";

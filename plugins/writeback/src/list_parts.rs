@@ -75,8 +75,8 @@ impl WritebackFilter {
     ) -> Result<bool, S3Error> {
         let marker = u32::try_from(number(session, "part-number-marker", 0)?).unwrap_or(u32::MAX);
         let max = number(session, "max-parts", MAX_PARTS)?.min(MAX_PARTS);
-        let parts = self.uploads.parts(id, key)?;
-        let refs: Vec<(u32, &Record)> = parts.iter().map(|(n, r)| (*n, &**r)).collect();
+        let up = self.node.upload_view(id, key).await?;
+        let refs: Vec<(u32, &Record)> = up.parts.iter().map(|(n, r)| (*n, &**r)).collect();
         let body = render(&self.bucket, key, id, &refs, marker, max);
         crate::upload::answer(session, ctx, 200, &[], body).await
     }
@@ -85,26 +85,9 @@ impl WritebackFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Geometry;
-    use crate::id::ObjectId;
 
     fn part(size: u64, etag: &str) -> Record {
-        Record {
-            id: ObjectId::random(),
-            bucket: "b".into(),
-            key: "k".into(),
-            etag: etag.into(),
-            headers: Vec::new(),
-            geometry: Geometry {
-                k: 2,
-                m: 1,
-                stripe_bytes: 1 << 20,
-                size,
-            },
-            placements: Vec::new(),
-            coordinator: "n".into(),
-            acked_ms: 1_764_547_200_000,
-        }
+        crate::journal::sample("k", size, etag, 1_764_547_200_000)
     }
 
     #[test]

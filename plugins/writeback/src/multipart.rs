@@ -7,10 +7,11 @@
 //! in order, encodes them as one object and journals that, then frees the parts. The
 //! completed object is then an ordinary staged write: one record, one geometry, read, repaired
 //! and propagated (as one PUT, with Content-MD5) by the same code as a PutObject. The cost is
-//! reading and re-encoding the parts once at completion, local-disk and loopback work. An
-//! upload lives in this node's memory until it completes: if the node restarts first, the
-//! client's later calls get NoSuchUpload (nothing was acknowledged as an object) and the
-//! staged parts are garbage the node's restart leaves (noted in the issue).
+//! reading and re-encoding the parts once at completion, local-disk and loopback work. Each
+//! node keeps the uploads it was asked about and the parts it staged, in memory; calls for
+//! one upload may land on any node (see [`crate::fleet_uploads`]). A node that restarts
+//! forgets its parts: a completion then misses them and fails (nothing was acknowledged as
+//! an object), and their fragments are swept as orphans (see [`crate::sweep`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -72,16 +73,6 @@ impl Uploads {
             .is_ok_and(|u| u.get(id).is_some_and(|up| up.key == key))
     }
 
-    /// The parts of upload `id` of `key` so far, by number.
-    pub fn parts(&self, id: &str, key: &str) -> Result<Vec<(u32, Arc<Record>)>, S3Error> {
-        let u = self.0.lock().map_err(|_| no_such_upload())?;
-        let up = u
-            .get(id)
-            .filter(|up| up.key == key)
-            .ok_or_else(no_such_upload)?;
-        Ok(up.parts.iter().map(|(n, r)| (*n, r.clone())).collect())
-    }
-
     /// Records part `n`; the part it replaced, if any (to free).
     pub fn put_part(&self, id: &str, n: u32, part: Record) -> Result<Option<Arc<Record>>, S3Error> {
         let mut u = self.0.lock().map_err(|_| no_such_upload())?;
@@ -89,11 +80,27 @@ impl Uploads {
         Ok(up.parts.insert(n, Arc::new(part)))
     }
 
-    /// Puts an upload taken out back (a completion refused).
-    pub fn restore(&self, id: &str, up: Upload) {
+    /// Knows upload `id` of `key` as a peer described it (its parts stay the peer's).
+    pub fn adopt(&self, id: &str, key: &str, headers: Vec<(String, String)>) {
         if let Ok(mut u) = self.0.lock() {
-            u.insert(id.to_owned(), up);
+            u.entry(id.to_owned()).or_insert_with(|| Upload {
+                key: key.to_owned(),
+                headers,
+                parts: BTreeMap::new(),
+            });
         }
+    }
+
+    /// The key, headers and parts of upload `id` as this node knows it.
+    #[allow(clippy::type_complexity)]
+    pub fn doc(
+        &self,
+        id: &str,
+    ) -> Option<(String, Vec<(String, String)>, Vec<(u32, Arc<Record>)>)> {
+        let u = self.0.lock().ok()?;
+        let up = u.get(id)?;
+        let parts = up.parts.iter().map(|(n, r)| (*n, r.clone())).collect();
+        Some((up.key.clone(), up.headers.clone(), parts))
     }
 
     /// Takes the upload out (completion or abort).

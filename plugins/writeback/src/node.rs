@@ -30,6 +30,8 @@ pub struct Node {
     retired: std::sync::Mutex<Vec<Arc<Record>>>,
     /// Woken when a write is journaled (the propagator waits on it).
     pub journaled: Notify,
+    /// Multipart uploads, with the parts staged on this node (see [`crate::fleet_uploads`]).
+    pub uploads: crate::multipart::Uploads,
 }
 
 impl Node {
@@ -42,6 +44,7 @@ impl Node {
             staged: AtomicUsize::new(0),
             retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
+            uploads: Default::default(),
         }
     }
 
@@ -65,6 +68,9 @@ impl Node {
     /// Answers a call to this node's store: a journal copy is indexed (this node then serves
     /// reads of its key), a freed write unindexed.
     pub async fn serve(self: &Arc<Self>, call: PeerCall) -> PeerReply {
+        if let Some(reply) = self.serve_upload(&call) {
+            return reply;
+        }
         let store = self.store.clone();
         let (method, path) = (call.method, call.path.clone());
         let copy = (method == "PUT" && path == "/journal")

@@ -141,7 +141,6 @@ impl Plugin for WritebackPlugin {
             opts: self.settings.routes.get(route.route).copied(),
             bucket,
             origins: self.origins.clone(),
-            uploads: Default::default(),
         }))
     }
 

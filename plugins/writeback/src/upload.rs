@@ -83,7 +83,7 @@ impl WritebackFilter {
         if self.node.plan(&opts, 0).is_none() {
             return Ok(false);
         }
-        let id = self.uploads.create(key, kept_headers(session));
+        let id = self.node.uploads.create(key, kept_headers(session));
         let body = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<InitiateMultipartUploadResult xmlns=\"{NS}\"><Bucket>{}</Bucket><Key>{}</Key><UploadId>{id}</UploadId></InitiateMultipartUploadResult>",
             xml_escape(&self.bucket),
@@ -110,12 +110,7 @@ impl WritebackFilter {
         let Some(opts) = self.opts else {
             return Ok(false);
         };
-        if !self.uploads.has(id, key) {
-            return Err(S3Error::new(
-                S3ErrorCode::NoSuchUpload,
-                "The specified upload does not exist.",
-            ));
-        }
+        self.node.learn_upload(id, key).await?;
         let n = query(session, "partNumber")
             .and_then(|n| n.parse::<u32>().ok())
             .filter(|n| (1..=10_000).contains(n))
@@ -156,7 +151,7 @@ impl WritebackFilter {
                 .await?
         };
         let etag = record.etag.clone();
-        if let Some(old) = self.uploads.put_part(id, n, record)? {
+        if let Some(old) = self.node.uploads.put_part(id, n, record)? {
             self.node.free(&old).await;
         }
         answer(
@@ -182,23 +177,8 @@ impl WritebackFilter {
         };
         let doc = self.read_small_body(session, ctx).await?;
         let chosen = parse_complete(&String::from_utf8_lossy(&doc))?;
-        let up = self
-            .uploads
-            .take(id)
-            .filter(|u| u.key == key)
-            .ok_or_else(|| {
-                S3Error::new(
-                    S3ErrorCode::NoSuchUpload,
-                    "The specified upload does not exist.",
-                )
-            })?;
-        let parts = match chosen_parts(&up, &chosen) {
-            Ok(p) => p,
-            Err(e) => {
-                self.uploads.restore(id, up);
-                return Err(e);
-            }
-        };
+        let up = self.node.upload_view(id, key).await?;
+        let parts = chosen_parts(&up, &chosen)?;
         if let Some(r) = self.node.dirty(&self.bucket, key) {
             self.node.supersede(&r).await;
         }
@@ -225,6 +205,7 @@ impl WritebackFilter {
             ),
         };
         crate::metrics::put(mode, started.elapsed());
+        self.node.forget_upload(id).await;
         for p in up.parts.values() {
             self.node.free(p).await;
         }
@@ -247,14 +228,11 @@ impl WritebackFilter {
         &self,
         session: &mut Session,
         ctx: &mut FilterCtx,
+        key: &str,
         id: &str,
     ) -> Result<bool, S3Error> {
-        let up = self.uploads.take(id).ok_or_else(|| {
-            S3Error::new(
-                S3ErrorCode::NoSuchUpload,
-                "The specified upload does not exist.",
-            )
-        })?;
+        let up = self.node.upload_view(id, key).await?;
+        self.node.forget_upload(id).await;
         for p in up.parts.values() {
             self.node.free(p).await;
         }

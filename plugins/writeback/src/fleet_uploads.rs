@@ -1,0 +1,147 @@
+//! A staged multipart upload seen from any node. Behind a load balancer a client's calls for
+//! one upload land on several nodes, so each node keeps the parts it staged, and a node asked
+//! about an upload it does not know learns it from the others:
+//!
+//! - UploadPart on any node: the upload (key, headers) is learnt from a peer if need be, and
+//!   the part is kept where it was staged;
+//! - ListParts, CompleteMultipartUpload and AbortMultipartUpload merge every active node's
+//!   parts (for a part number staged twice, the later one);
+//! - completion and abort make every node forget the upload.
+//!
+//! A part whose node is down at completion is missing from the merge: the completion then
+//! fails (InvalidPart), never completes without it. Peer calls: `GET /upload?id=` answers the
+//! upload as this node knows it (404 when it does not), `DELETE /upload?id=` forgets it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use floe_core::fleet::{PeerCall, PeerReply};
+use floe_core::{S3Error, S3ErrorCode};
+use serde::{Deserialize, Serialize};
+
+use crate::journal::Record;
+use crate::multipart::Upload;
+use crate::node::Node;
+
+/// An upload as a node knows it, on the wire.
+#[derive(Serialize, Deserialize)]
+pub struct UploadDoc {
+    key: String,
+    headers: Vec<(String, String)>,
+    parts: Vec<(u32, Record)>,
+}
+
+fn no_such_upload() -> S3Error {
+    S3Error::new(
+        S3ErrorCode::NoSuchUpload,
+        "The specified upload does not exist.",
+    )
+}
+
+impl Node {
+    /// Answers `GET /upload?id=` and `DELETE /upload?id=`; `None` for other calls.
+    pub(crate) fn serve_upload(&self, call: &PeerCall) -> Option<PeerReply> {
+        let id = call.path.strip_prefix("/upload?id=")?;
+        let reply = |status, body: Vec<u8>| PeerReply {
+            status,
+            body: Bytes::from(body),
+        };
+        Some(match call.method {
+            "DELETE" => {
+                self.uploads.take(id);
+                reply(200, Vec::new())
+            }
+            _ => match self.uploads.doc(id) {
+                Some((key, headers, parts)) => {
+                    let parts = parts.into_iter().map(|(n, r)| (n, (*r).clone())).collect();
+                    let doc = UploadDoc {
+                        key,
+                        headers,
+                        parts,
+                    };
+                    reply(200, serde_json::to_vec(&doc).unwrap_or_default())
+                }
+                None => reply(404, b"no such upload".to_vec()),
+            },
+        })
+    }
+
+    /// Every other active node's view of upload `id`.
+    async fn peer_docs(self: &Arc<Self>, id: &str) -> Vec<UploadDoc> {
+        let mut docs = Vec::new();
+        for peer in self.fleet.ranked("") {
+            if *peer.id == *self.me() {
+                continue;
+            }
+            let call = PeerCall {
+                method: "GET",
+                path: format!("/upload?id={id}"),
+                body: Bytes::new(),
+            };
+            if let Ok(r) = self.call(&peer, call).await {
+                if let Ok(doc) = serde_json::from_slice::<UploadDoc>(&r.body) {
+                    docs.push(doc);
+                }
+            }
+        }
+        docs
+    }
+
+    /// Makes sure this node knows upload `id` of `key` (learning it from a peer if need be).
+    pub async fn learn_upload(self: &Arc<Self>, id: &str, key: &str) -> Result<(), S3Error> {
+        if self.uploads.has(id, key) {
+            return Ok(());
+        }
+        let doc = self.peer_docs(id).await.into_iter().find(|d| d.key == key);
+        let doc = doc.ok_or_else(no_such_upload)?;
+        self.uploads.adopt(id, &doc.key, doc.headers);
+        Ok(())
+    }
+
+    /// Upload `id` of `key` with every active node's parts merged.
+    pub async fn upload_view(self: &Arc<Self>, id: &str, key: &str) -> Result<Upload, S3Error> {
+        let mine = self.uploads.doc(id).filter(|(k, _, _)| k == key);
+        let docs = self.peer_docs(id).await;
+        let mut found = mine.is_some();
+        let (mut headers, mut parts): (_, BTreeMap<u32, Arc<Record>>) = match mine {
+            Some((_, h, p)) => (h, p.into_iter().collect()),
+            None => (Vec::new(), BTreeMap::new()),
+        };
+        for doc in docs.into_iter().filter(|d| d.key == key) {
+            if !found {
+                headers = doc.headers;
+                found = true;
+            }
+            for (n, r) in doc.parts {
+                if parts.get(&n).is_none_or(|old| old.acked_ms < r.acked_ms) {
+                    parts.insert(n, Arc::new(r));
+                }
+            }
+        }
+        if !found {
+            return Err(no_such_upload());
+        }
+        Ok(Upload {
+            key: key.to_owned(),
+            headers,
+            parts,
+        })
+    }
+
+    /// Makes every active node forget upload `id` (its parts are the caller's to free).
+    pub async fn forget_upload(self: &Arc<Self>, id: &str) {
+        self.uploads.take(id);
+        for peer in self.fleet.ranked("") {
+            if *peer.id == *self.me() {
+                continue;
+            }
+            let call = PeerCall {
+                method: "DELETE",
+                path: format!("/upload?id={id}"),
+                body: Bytes::new(),
+            };
+            let _ = self.call(&peer, call).await;
+        }
+    }
+}
