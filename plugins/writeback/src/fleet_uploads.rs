@@ -70,16 +70,8 @@ impl Node {
     /// Every other active node's view of upload `id`.
     async fn peer_docs(self: &Arc<Self>, id: &str) -> Vec<UploadDoc> {
         let mut docs = Vec::new();
-        for peer in self.fleet.ranked("") {
-            if *peer.id == *self.me() {
-                continue;
-            }
-            let call = PeerCall {
-                method: "GET",
-                path: format!("/upload?id={id}"),
-                body: Bytes::new(),
-            };
-            if let Ok(r) = self.call(&peer, call).await {
+        for peer in self.others() {
+            if let Ok(r) = self.ask(&peer, "GET", format!("/upload?id={id}")).await {
                 if let Ok(doc) = serde_json::from_slice::<UploadDoc>(&r.body) {
                     docs.push(doc);
                 }
@@ -132,16 +124,8 @@ impl Node {
     /// Makes every active node forget upload `id` (its parts are the caller's to free).
     pub async fn forget_upload(self: &Arc<Self>, id: &str) {
         self.uploads.take(id);
-        for peer in self.fleet.ranked("") {
-            if *peer.id == *self.me() {
-                continue;
-            }
-            let call = PeerCall {
-                method: "DELETE",
-                path: format!("/upload?id={id}"),
-                body: Bytes::new(),
-            };
-            let _ = self.call(&peer, call).await;
+        for peer in self.others() {
+            let _ = self.ask(&peer, "DELETE", format!("/upload?id={id}")).await;
         }
     }
 }

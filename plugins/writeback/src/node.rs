@@ -53,6 +53,28 @@ impl Node {
         &self.fleet.node_id()[..]
     }
 
+    /// The other active members.
+    pub fn others(&self) -> Vec<PeerRef> {
+        let mut v = self.fleet.ranked("");
+        v.retain(|p| *p.id != *self.me());
+        v
+    }
+
+    /// `GET`/`DELETE` `path` on `peer`'s store.
+    pub async fn ask(
+        self: &Arc<Self>,
+        peer: &PeerRef,
+        method: &'static str,
+        path: String,
+    ) -> Result<PeerReply, PeerError> {
+        let call = PeerCall {
+            method,
+            path,
+            body: bytes::Bytes::new(),
+        };
+        self.call(peer, call).await
+    }
+
     /// Sends `call` to the store of `peer` (this node's own without the network).
     pub async fn call(
         self: &Arc<Self>,

@@ -8,9 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use floe_core::fleet::PeerCall;
-
 use crate::id::ObjectId;
 use crate::node::Node;
 
@@ -55,16 +52,8 @@ impl Node {
     /// Whether another active node keeps a record of `id`, or could not say (then the
     /// fragment stays: removing it is safe only on every node's "no").
     async fn journaled_elsewhere(self: &Arc<Self>, id: &ObjectId) -> bool {
-        for peer in self.fleet.ranked("") {
-            if *peer.id == *self.me() {
-                continue;
-            }
-            let call = PeerCall {
-                method: "GET",
-                path: format!("/journal?id={id}"),
-                body: Bytes::new(),
-            };
-            match self.call(&peer, call).await {
+        for peer in self.others() {
+            match self.ask(&peer, "GET", format!("/journal?id={id}")).await {
                 Ok(r) if r.status == 404 => {}
                 _ => return true,
             }
