@@ -366,3 +366,39 @@ def test_an_upload_spread_over_every_node_lists_completes_and_aborts_anywhere(wb
     assert "NoSuchUpload" in str(e.value)
     relay.up()
     wait_until("the spread upload to reach the origin", lambda: at_origin(direct, key) == whole, timeout=30)
+
+
+def test_a_node_away_during_a_newer_write_never_brings_the_older_one_back(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    nodes = start_fleet(tmp_path, relay.port, n=4, **WB)  # k=2 m=1 w=3: one node may be away
+    key = "wb/data/00012-order.parquet"
+    try:
+        relay.refuse = {"PUT"}  # both writes stay staged
+        v1, v2 = os.urandom(MiB + 1), os.urandom(MiB + 2)
+        assert put(nodes[0], key, v1)["x-floe-writeback"] == "staged"
+        wait_until("v1's journal copy on every node",
+                   lambda: all(nd.admin("GET", "/writeback")["indexed_objects"] == 1 for nd in nodes))
+        away = nodes[3]
+        away.kill()
+        wait_until("the coordinator to see the node gone",
+                   lambda: nodes[0].view().get(away.name) in (None, "dead", "left"))
+        assert put(nodes[0], key, v2)["x-floe-writeback"] == "staged"  # supersedes v1 where it can
+        seeds = [nd.peer_port for nd in nodes[:3]]
+        nodes[3] = Node(tmp_path, away.name, relay.port, away.peer_port, seeds, **WB)  # back with v1's copy
+        wait_until("the returning node to see the fleet", lambda: len(nodes[3].view()) == 4)
+        wait_until("the returning node to catch up", lambda: nodes[3].admin("GET", "/writeback")["indexed_objects"] == 1)
+        for _ in range(3):  # reads agree on v2 on every node, the returning one included
+            got = {}
+            for nd in nodes:
+                r = get(nd.port, key)
+                got[nd.name] = {v1: "v1", v2: "v2"}.get(r.data, f"{r.status} {r.data[:300]!r}")
+            assert set(got.values()) == {"v2"}, got
+        relay.refuse = set()
+        wait_until("every staged write and copy settled", lambda: all(
+            nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes), timeout=60)
+        assert at_origin(direct, key) == v2, "the older write came back over the newer"
+        assert all(get(nd.port, key).data == v2 for nd in nodes)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()

@@ -2,6 +2,7 @@
 //! the fleet as Reed-Solomon fragments, served at once to every reader, and propagated to the
 //! origin in the background. The origin stays the system of record.
 
+pub mod catch_up;
 pub mod codec;
 pub mod config;
 pub mod durable;

@@ -32,6 +32,9 @@ pub struct Node {
     pub journaled: Notify,
     /// Multipart uploads, with the parts staged on this node (see [`crate::fleet_uploads`]).
     pub uploads: crate::multipart::Uploads,
+    /// Copies of other coordinators' records replayed at start, unserved until the node
+    /// caught up with its peers (see [`crate::catch_up`]).
+    replayed: std::sync::Mutex<Vec<Arc<Record>>>,
 }
 
 impl Node {
@@ -45,7 +48,26 @@ impl Node {
             retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
             uploads: Default::default(),
+            replayed: std::sync::Mutex::default(),
         }
+    }
+
+    /// Takes in a record replayed from the journal: this node's own are served at once,
+    /// copies once the node caught up.
+    pub fn replay(&self, r: Record) {
+        if r.coordinator == self.me() {
+            self.index(Arc::new(r));
+        } else if let Ok(mut q) = self.replayed.lock() {
+            q.push(Arc::new(r));
+        }
+    }
+
+    /// The replayed copies not indexed yet.
+    pub fn take_replayed(&self) -> Vec<Arc<Record>> {
+        self.replayed
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
     }
 
     /// This node's id.
@@ -91,6 +113,9 @@ impl Node {
     /// reads of its key), a freed write unindexed.
     pub async fn serve(self: &Arc<Self>, call: PeerCall) -> PeerReply {
         if let Some(reply) = self.serve_upload(&call) {
+            return reply;
+        }
+        if let Some(reply) = self.serve_journals(call.method, &call.path).await {
             return reply;
         }
         let store = self.store.clone();

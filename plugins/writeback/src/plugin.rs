@@ -114,7 +114,7 @@ impl WritebackPlugin {
         let records = store.journal.replay()?;
         tracing::info!(records = records.len(), "write-back journal replayed");
         for r in records {
-            node.index(Arc::new(r));
+            node.replay(r);
         }
         fleet.mount(SERVICE, Arc::new(NodeService(node.clone())));
         let _ = self.node.set(node.clone());

@@ -349,7 +349,11 @@ impl BackgroundService for Repairer {
         let mut gone_since = std::collections::HashMap::new();
         let mut checked = std::collections::HashMap::new();
         let mut next_scrub = Instant::now() + self.scrub_every;
+        let (started, mut caught_up) = (Instant::now(), false);
         loop {
+            if !caught_up {
+                caught_up = self.node.catch_up(started.elapsed() >= self.grace).await;
+            }
             let scrub = Instant::now() >= next_scrub;
             if scrub {
                 next_scrub = Instant::now() + self.scrub_every;
