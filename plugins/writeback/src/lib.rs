@@ -18,6 +18,7 @@ pub mod plugin;
 pub mod propagate;
 pub mod read;
 pub mod service;
+pub mod session_body;
 pub mod stage;
 pub use plugin::FACTORY;
 pub mod list;

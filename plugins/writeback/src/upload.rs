@@ -5,11 +5,10 @@ use floe_core::{xml_escape, FilterCtx, S3Error, S3ErrorCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
-use crate::filter::{
-    body_size, continue_body, internal, kept_headers, SessionBody, WritebackFilter,
-};
+use crate::filter::WritebackFilter;
 use crate::multipart::{chosen_parts, parse_complete, PartsBody, PREFIX};
 use crate::propagate::origin_of;
+use crate::session_body::{body_size, continue_body, internal, kept_headers, SessionBody};
 use crate::stage::{BodySource, Object, Outcome};
 
 /// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
