@@ -77,12 +77,6 @@ impl BucketMatch {
     }
 }
 
-impl PartialEq for BucketMatch {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
 impl fmt::Display for BucketMatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -10,9 +10,9 @@
 //! let started = spans::Started::now();
 //! // ... the work ...
 //! let mut phases = Vec::new();
-//! phases.push(Phase::new("writeback.place", started).attr("writeback.id", "0af3"));
+//! spans::record(&mut phases, || Phase::new("writeback.place", started).attr("writeback.id", "0af3"));
 //! spans::emit(Phase::new("writeback.propagate", started)); // no sink here: dropped
-//! assert_eq!(phases[0].name, "writeback.place");
+//! assert!(phases.is_empty(), "nothing is built while spans are not exported");
 //! ```
 
 use std::sync::OnceLock;
@@ -81,9 +81,17 @@ pub fn set_sink(sink: impl Fn(Phase) + Send + Sync + 'static) {
     let _ = SINK.set(Box::new(sink));
 }
 
-/// Whether a sink is installed (skip timing background work when not).
+/// Whether spans are exported (a sink is installed): when not, phases are not built.
 pub fn enabled() -> bool {
     SINK.get().is_some()
+}
+
+/// Adds the phase `make` builds to a request's `phases`, only when spans are exported (no
+/// allocation per request otherwise).
+pub fn record(phases: &mut Vec<Phase>, make: impl FnOnce() -> Phase) {
+    if enabled() {
+        phases.push(make());
+    }
 }
 
 /// Hands `phase` to the sink, if any.

@@ -56,16 +56,18 @@ impl Node {
                 continue;
             };
             answered |= r.status == 200;
-            for rec in records.into_iter().filter(|rec| seen.insert(rec.id)) {
-                let (store, copy) = (self.store.clone(), rec.clone());
-                let kept = tokio::task::spawn_blocking(move || {
-                    store.journal.has(&copy.id) || store.journal.keep(&copy).is_ok()
-                })
-                .await
-                .unwrap_or(false);
-                if kept {
-                    self.index(Arc::new(rec));
-                }
+            let fresh: Vec<Record> = records.into_iter().filter(|r| seen.insert(r.id)).collect();
+            let store = self.store.clone();
+            let kept = tokio::task::spawn_blocking(move || {
+                fresh
+                    .into_iter()
+                    .filter(|r| store.journal.has(&r.id) || store.journal.keep(r).is_ok())
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            for rec in kept {
+                self.index(Arc::new(rec));
             }
         }
         if answered {

@@ -84,7 +84,7 @@ impl WritebackFilter {
             Outcome::NeedsSync(r) => {
                 let synced = Started::now();
                 let etag = self.sync(*r).await?;
-                ctx.phases.push(Phase::new("writeback.sync", synced));
+                floe_core::spans::record(&mut ctx.phases, || Phase::new("writeback.sync", synced));
                 (etag, "sync")
             }
         };

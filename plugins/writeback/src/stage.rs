@@ -185,12 +185,12 @@ impl Node {
             }
         }
         crate::metrics::phase("place", started.elapsed());
-        trace.push(
+        floe_core::spans::record(trace, || {
             Phase::new("writeback.place", started)
                 .attr("writeback.id", id)
                 .attr("writeback.bytes", geo.size)
-                .attr("writeback.fragments_durable", reports.len()),
-        );
+                .attr("writeback.fragments_durable", reports.len())
+        });
         tracing::debug!(%id, size = geo.size, reports = reports.len(), encoded_ms = encoded.as_millis() as u64, ms = started.elapsed().as_millis() as u64, "fragments placed");
         let placements: Vec<Placement> = reports
             .iter()
@@ -353,7 +353,9 @@ impl Node {
             .map_err(internal)?;
         self.replicate(&acked.record).await;
         crate::metrics::phase("journal", started.elapsed());
-        trace.push(Phase::new("writeback.journal", started).attr("writeback.id", acked.record.id));
+        floe_core::spans::record(trace, || {
+            Phase::new("writeback.journal", started).attr("writeback.id", acked.record.id)
+        });
         self.index(Arc::new(acked.record.clone()));
         self.journaled.notify_one();
         Ok(acked)
