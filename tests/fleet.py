@@ -115,14 +115,15 @@ def wait_until(what, check, timeout=20.0):
         time.sleep(0.02)
 
 
-def start_fleet(tmp, relay_port, n=3, **kw):
-    """`n` nodes seeded with each other, once each sees all of them."""
+def start_fleet(tmp, relay_port, n=3, overrides=None, **kw):
+    """`n` nodes seeded with each other, once each sees all of them; `overrides` maps a node's
+    index to the keywords it takes instead of `kw`'s."""
     peers = [free_port() for _ in range(n)]
     nodes = []
     try:
         for i in range(n):
             nodes.append(Node(tmp, f"floe-{i}", relay_port, peers[i],
-                              [p for p in peers if p != peers[i]], **kw))
+                              [p for p in peers if p != peers[i]], **{**kw, **(overrides or {}).get(i, {})}))
         names = {nd.name for nd in nodes}
         for nd in nodes:
             wait_until(f"{nd.name} to see the fleet", lambda nd=nd: set(nd.view()) == names)

@@ -22,7 +22,9 @@ class Relay:
         self.lines = []  # (method, target) of each request line toward the origin, in order
         self.cut_after = None  # cut the next response after this many bytes
         self.delay = 0  # seconds added before each request is forwarded (origin latency)
-        self.refuse = set()  # request methods answered 503 here (an origin refusing writes)
+        # Answered 503 here (an origin refusing writes): a method ("PUT"), or a method and a
+        # target prefix ("PUT /bucket/staged/").
+        self.refuse = set()
         self.conns = set()
         self.listener = None
         self.port = None
@@ -36,6 +38,10 @@ class Relay:
         self.listener = s
         self.port = s.getsockname()[1]
         threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def _refused(self, method, target):
+        line = f"{method} {target}"
+        return any(r == method or (" " in r and line.startswith(r)) for r in self.refuse)
 
     def down(self):
         """Refuse new connections and reset the open ones."""
@@ -107,7 +113,7 @@ class Relay:
                         self.lines.append((m.group(1).decode(), m.group(2).decode()))
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
-            if to_origin and m and m.group(1).decode() in self.refuse:
+            if to_origin and m and self._refused(m.group(1).decode(), m.group(2).decode()):
                 try:
                     src.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 except OSError:

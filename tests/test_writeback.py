@@ -242,6 +242,39 @@ def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio,
         relay.down()
 
 
+def test_a_node_without_room_for_a_fragment_is_not_planned_and_too_few_with_room_goes_direct(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    small = "writeback: {dir: '{dir}/wb', capacity_bytes: 67108864, retry_max_ms: 500}"  # 64 MiB
+    nodes = start_fleet(tmp_path, relay.port, n=3, overrides={2: dict(extra_top=small)}, **WB)
+    full = nodes[2]
+    try:
+        relay.refuse = {f"PUT /{BUCKET}/wb/fill/"}  # the fills stay staged, holding their room
+        fragment = 4 * MiB + 4096  # an 8 MiB write's fragment at k=2, with headers and CRCs
+        for i in range(40):
+            h = put(nodes[0], f"wb/fill/{i:03d}.parquet", os.urandom(8 * MiB))
+            # Never a refused reservation (that would make it a synchronous write, refused).
+            assert h["x-floe-writeback"] == "staged", i
+            free = full.admin("GET", "/writeback")["free_bytes"]
+            wait_until("node 0 to see floe-2's room", lambda: nodes[0].admin(
+                "GET", "/writeback")["peer_free_bytes"].get("floe-2") == free)
+            if free < fragment:
+                break
+        else:
+            pytest.fail("floe-2 never filled")
+        st = full.admin("GET", "/writeback")
+        assert st["fragment_bytes"] <= st["fragment_ceiling_bytes"] == 64 * MiB
+        # Two of three nodes have room, w = 3: straight to the origin, nothing sent to floe-2.
+        body = os.urandom(8 * MiB)
+        h = put(nodes[0], "wb/data/00011-full.parquet", body)
+        assert h["x-floe-writeback"] == "direct"
+        assert at_origin(direct, "wb/data/00011-full.parquet") == body
+        assert full.admin("GET", "/writeback")["fragment_bytes"] == st["fragment_bytes"]
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
+
+
 def test_pyiceberg_writes_a_table_through_write_back_reads_it_at_once_and_the_origin_gets_every_file(wb, minio, tmp_path):
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog

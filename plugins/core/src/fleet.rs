@@ -202,6 +202,18 @@ pub trait Fleet: Send + Sync {
     /// Mounts `svc` as `service`: other nodes' [`Fleet::call`]s to this node reach it.
     /// Default: nothing (no fleet).
     fn mount(&self, _service: &str, _svc: Arc<dyn PeerService>) {}
+
+    /// Publishes `value` under `key` in this node's gossiped state; every member sees it
+    /// within a few gossip rounds (see [`Fleet::published`]). For small, slowly changing
+    /// facts a plugin's peers choose by (e.g. write-back's free fragment bytes), not for
+    /// per-request state: each change is a gossip update. Default: nothing (no fleet).
+    async fn publish(&self, _key: &str, _value: String) {}
+
+    /// What member `id` last published under `key`; `None` when it published nothing (or
+    /// that has not reached this node yet). Lock-free. Default none.
+    fn published(&self, _id: &str, _key: &str) -> Option<Arc<str>> {
+        None
+    }
 }
 
 /// A request one plugin sends to its own kind on another node.

@@ -24,6 +24,9 @@ const K_CAPACITY: &str = "capacity_bytes";
 const K_ZONE: &str = "zone";
 const K_STATE: &str = "state";
 const K_ADMIN: &str = "admin_url";
+/// Keys plugins publish (see [`floe_core::fleet::Fleet::publish`]) carry this prefix, so they
+/// never clash with the membership's own.
+const K_PUBLISHED: &str = "pub.";
 
 /// The gossip worker's handle: started once, then watched for membership changes.
 pub struct Gossip {
@@ -85,6 +88,15 @@ impl Gossip {
             .await;
     }
 
+    /// Sets `key` (a plugin's, see [`floe_core::fleet::Fleet::publish`]) in this node's
+    /// gossiped state.
+    pub async fn publish(&self, key: &str, value: String) {
+        let key = format!("{K_PUBLISHED}{key}");
+        self.handle
+            .with_chitchat(|c| c.self_node_state().set(&key, &value))
+            .await;
+    }
+
     /// Whether this node is draining.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
@@ -132,6 +144,13 @@ fn to_view(live: &std::collections::BTreeMap<ChitchatId, chitchat::NodeState>) -
                 zone: Arc::from(st.get(K_ZONE).unwrap_or("")),
                 admin_url: Arc::from(st.get(K_ADMIN).unwrap_or("")),
                 state: MemberState::parse(st.get(K_STATE).unwrap_or("")),
+                published: st
+                    .iter_prefix(K_PUBLISHED)
+                    .map(|(k, v)| {
+                        let k = k.strip_prefix(K_PUBLISHED).unwrap_or(k);
+                        (Arc::from(k), Arc::from(v.value.as_str()))
+                    })
+                    .collect(),
             })
         })
         .collect();

@@ -233,6 +233,14 @@ impl Fleet for Ring {
             s.insert(service.to_owned(), svc);
         }
     }
+
+    async fn publish(&self, key: &str, value: String) {
+        self.gossip.publish(key, value).await;
+    }
+
+    fn published(&self, id: &str, key: &str) -> Option<Arc<str>> {
+        self.membership.published(id, key)
+    }
 }
 
 /// The started plugin.

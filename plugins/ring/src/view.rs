@@ -53,6 +53,8 @@ pub struct Member {
     pub state: MemberState,
     /// Its admin API URL ("" when it has none), for the control plane.
     pub admin_url: Arc<str>,
+    /// What its plugins published (see [`floe_core::fleet::Fleet::publish`]), by key.
+    pub published: Vec<(Arc<str>, Arc<str>)>,
 }
 
 impl Candidate for Member {
@@ -262,6 +264,14 @@ impl Membership {
         Some(m.peer.clone())
     }
 
+    /// What member `id` published under `key`.
+    pub fn published(&self, id: &str, key: &str) -> Option<Arc<str>> {
+        let view = self.view.load();
+        let m = view.members.iter().find(|m| &*m.peer.id == id)?;
+        let (_, v) = m.published.iter().find(|(k, _)| &**k == key)?;
+        Some(v.clone())
+    }
+
     /// The owner of a block: `None` when it is this node or no active member is known.
     pub fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
         let view = self.view.load();
@@ -282,6 +292,7 @@ pub fn member(id: &str, addr: &str, capacity: u64, state: MemberState) -> Member
         zone: Arc::from(""),
         state,
         admin_url: Arc::from(""),
+        published: Vec::new(),
     }
 }
 

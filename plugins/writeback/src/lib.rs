@@ -25,5 +25,6 @@ pub mod list;
 pub mod list_parts;
 pub mod multipart;
 pub mod repair;
+pub mod room;
 pub mod sweep;
 pub mod upload;

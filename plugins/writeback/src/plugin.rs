@@ -168,6 +168,10 @@ impl Plugin for WritebackPlugin {
                 },
             )),
             Box::new(background_service(
+                "floe-writeback-room",
+                crate::room::Advertiser { node: node.clone() },
+            )),
+            Box::new(background_service(
                 "floe-writeback-repair",
                 Repairer {
                     node: node.clone(),
@@ -221,6 +225,8 @@ impl AdminHandler for Admin {
                 "indexed_objects": dirty.len(),
                 "fragment_bytes": node.store.fragments.used(),
                 "fragment_ceiling_bytes": node.store.fragments.ceiling(),
+                "free_bytes": node.free_bytes(),
+                "peer_free_bytes": node.advertised(),
                 "propagated": c.propagated.load(Ordering::Relaxed),
                 "propagated_bytes": c.bytes.load(Ordering::Relaxed),
                 "propagation_failures": c.failures.load(Ordering::Relaxed),

@@ -87,7 +87,7 @@ impl Node {
             .fleet
             .ranked(&r.id.to_string())
             .into_iter()
-            .filter(|m| !holding.contains(&*m.id));
+            .filter(|m| !holding.contains(&*m.id) && self.has_room(m, g.fragment_len()));
         let mut targets: Vec<(u8, PeerRef)> = Vec::new();
         for &i in bad {
             // A live node whose copy is only corrupt takes it again; else a spare node.

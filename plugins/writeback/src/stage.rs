@@ -73,27 +73,31 @@ fn now_ms() -> u64 {
 
 impl Node {
     /// Where a write of `size` bytes would go, or `None` when fewer than w nodes are eligible
-    /// (the PUT then goes straight to the origin).
+    /// (the PUT then goes straight to the origin): the first k + m nodes in rendezvous order
+    /// that advertise room for a fragment (see [`crate::room`]).
     pub fn plan(&self, o: &RouteOptions, size: u64) -> Option<Plan> {
         if size > o.max_object_bytes {
             return None;
         }
         let id = ObjectId::random();
         let width = usize::from(o.k) + usize::from(o.m);
+        let geo = Geometry {
+            k: o.k,
+            m: o.m,
+            stripe_bytes: o.stripe_bytes,
+            size,
+        };
+        let room = geo.fragment_len();
         let targets: Vec<PeerRef> = self
             .fleet
             .ranked(&id.to_string())
             .into_iter()
+            .filter(|p| self.has_room(p, room))
             .take(width)
             .collect();
         (targets.len() >= usize::from(o.w)).then(|| Plan {
             id,
-            geo: Geometry {
-                k: o.k,
-                m: o.m,
-                stripe_bytes: o.stripe_bytes,
-                size,
-            },
+            geo,
             targets,
             w: usize::from(o.w),
         })
