@@ -164,7 +164,8 @@ impl WritebackFilter {
         };
         // The first stripe is read before the header goes: an object with too few intact
         // fragments is a clean 500, not a cut body.
-        let mut stream = self.node.range(r, first, last);
+        let origin = origin_of(&self.origins, &self.bucket);
+        let mut stream = crate::read_through::ReadThrough::new(&self.node, r, first, last, origin);
         let mut piece = match body_follows {
             true => stream.next().await.map_err(unreadable)?,
             false => None,

@@ -96,3 +96,22 @@ pub fn phase(phase: &str, took: Duration) {
         h.with_label_values(&[phase]).observe(took.as_secs_f64());
     }
 }
+
+/// `floe_writeback_read_through_total`: reads of a staged write finished from the origin
+/// because its fragments were freed mid-read (see [`crate::read_through`]).
+static READ_THROUGH: LazyLock<Option<prometheus::IntCounter>> = LazyLock::new(|| {
+    let c = prometheus::IntCounter::new(
+        "floe_writeback_read_through_total",
+        "Reads of a staged write finished from the origin after its fragments were freed",
+    )
+    .ok()?;
+    let _ = prometheus::register(Box::new(c.clone()));
+    Some(c)
+});
+
+/// Records one read finished from the origin.
+pub fn read_through() {
+    if let Some(c) = READ_THROUGH.as_ref() {
+        c.inc();
+    }
+}
