@@ -120,6 +120,25 @@ def test_losing_m_nodes_still_reads_every_byte(wb, direct):
         assert get(nd.port, "wb/data/00004-m.parquet").data == body, nd.name
 
 
+def test_a_read_under_way_when_propagation_frees_the_fragments_finishes_from_the_origin(wb, direct):
+    import urllib3
+    from test_sigv4 import sign
+    nodes, relay, tmp = wb
+    relay.refuse = {"PUT"}  # staged until the read is under way
+    key, body = "wb/data/00013-long-read.parquet", os.urandom(24 * MiB)
+    assert put(nodes[0], key, body)["x-floe-writeback"] == "staged"
+    url = f"http://127.0.0.1:{nodes[1].port}/{BUCKET}/{key}"
+    r = urllib3.PoolManager(retries=False).request(
+        "GET", url, headers=dict(sign("GET", url).headers), preload_content=False)
+    assert r.status == 200 and r.headers["x-floe-writeback"] == "dirty"
+    head = r.read(MiB)  # the rest waits in Floe, beyond the socket buffers
+    relay.refuse = set()
+    wait_until("the write propagated and its fragments freed everywhere", lambda: all(
+        nd.admin("GET", "/writeback")["fragment_bytes"] == 0 for nd in nodes), timeout=60)
+    assert head + r.read() == body
+    assert nodes[1].metric("floe_writeback_read_through_total") == 1
+
+
 def test_lists_through_any_node_show_staged_writes_merged_in_order(wb, direct):
     nodes, relay, _ = wb
     direct.put_object(Bucket=BUCKET, Key="wb/list/b.parquet", Body=b"origin")
@@ -341,7 +360,7 @@ def test_a_boto3_multipart_upload_is_staged_part_by_part_and_read_whole(wb, dire
                lambda: at_origin(direct, "wb/data/00006-mp.parquet") == body, timeout=30)
 
 
-def test_orphan_fragments_are_swept_and_a_staged_write_is_kept(minio, direct, tmp_path):
+def test_orphan_fragments_and_an_abandoned_upload_are_swept_and_a_staged_write_is_kept(minio, direct, tmp_path):
     relay = Relay(minio.port)
     sweep = dict(WB, extra_top="writeback: {dir: '{dir}/wb', capacity_bytes: 268435456, retry_max_ms: 500,"
                                " scrub_interval_ms: 200, orphan_after_ms: 1000}")
@@ -353,15 +372,22 @@ def test_orphan_fragments_are_swept_and_a_staged_write_is_kept(minio, direct, tm
         frags = lambda: sorted(p.name for p in Path(tmp_path).glob("floe-*/wb/fragments/*.[0-9]"))
         kept = frags()
         assert len(kept) == 3
-        # An upload that never completes: its part's fragments are journaled nowhere.
+        # An upload that never completes is aborted once older than orphan_after_ms.
         c = s3_client(nodes[1].port)
         up = c.create_multipart_upload(Bucket=BUCKET, Key="wb/data/00009-abandoned.parquet")
         c.upload_part(Bucket=BUCKET, Key="wb/data/00009-abandoned.parquet", UploadId=up["UploadId"],
                       PartNumber=1, Body=os.urandom(300_000))
         assert len(frags()) == 6
+        # A fragment no journal and no upload names (a coordinator that died mid-PUT).
+        some = next(Path(tmp_path).glob("floe-2/wb/fragments/*.[0-9]"))
+        orphan = some.with_name("0123456789abcdef0123456789abcdef.1")
+        shutil.copyfile(some, orphan)
         removed = lambda: sum(nd.admin("GET", "/writeback")["orphan_fragments_removed"] for nd in nodes)
-        wait_until("the abandoned part's fragments to be swept", lambda: removed() == 3, timeout=30)
-        assert frags() == kept, "an acknowledged write's fragments are never orphans"
+        wait_until("the orphan swept", lambda: removed() == 1, timeout=30)
+        wait_until("the abandoned upload's part freed", lambda: frags() == kept, timeout=30)
+        assert not orphan.exists()
+        with pytest.raises(c.exceptions.NoSuchUpload):
+            c.list_parts(Bucket=BUCKET, Key="wb/data/00009-abandoned.parquet", UploadId=up["UploadId"])
         assert get(nodes[2].port, "wb/data/00008-kept.parquet").data == body
         relay.refuse = set()
         wait_until("the kept write to reach the origin", lambda: at_origin(direct, "wb/data/00008-kept.parquet") == body)
@@ -369,6 +395,36 @@ def test_orphan_fragments_are_swept_and_a_staged_write_is_kept(minio, direct, tm
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def test_parts_survive_a_kill_of_every_node_and_the_upload_completes_after(wb, direct):
+    nodes, relay, tmp = wb
+    key = "wb/data/00012-restart.parquet"
+    parts = [os.urandom(5 * MiB), os.urandom(MiB + 9)]
+    c = s3_client(nodes[0].port)
+    up = c.create_multipart_upload(Bucket=BUCKET, Key=key, ContentType="application/x-parquet")["UploadId"]
+    etags = [s3_client(nodes[i].port).upload_part(Bucket=BUCKET, Key=key, UploadId=up, PartNumber=i + 1,
+                                                   Body=b)["ETag"] for i, b in enumerate(parts)]
+    ports = [nd.peer_port for nd in nodes]
+    for nd in nodes:
+        nd.kill()
+    for i, nd in enumerate(nodes):
+        nodes[i] = Node(tmp, nd.name, relay.port, nd.peer_port, [p for p in ports if p != nd.peer_port], **WB)
+    names = {nd.name for nd in nodes}
+    for nd in nodes:
+        wait_until(f"{nd.name} to see the fleet", lambda nd=nd: set(nd.view()) == names)
+    c = s3_client(nodes[2].port)
+    listed = c.list_parts(Bucket=BUCKET, Key=key, UploadId=up)["Parts"]
+    assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in listed] == [
+        (1, etags[0], len(parts[0])), (2, etags[1], len(parts[1]))]
+    r = c.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": i + 1, "ETag": e} for i, e in enumerate(etags)]})
+    assert r["ResponseMetadata"]["HTTPHeaders"]["x-floe-writeback"] in ("staged", "sync")
+    whole = b"".join(parts)
+    assert get(nodes[1].port, key).data == whole
+    wait_until("the completed upload at the origin", lambda: at_origin(direct, key) == whole, timeout=30)
+    assert direct.head_object(Bucket=BUCKET, Key=key)["ContentType"] == "application/x-parquet"
+    assert not list(Path(tmp).glob("floe-*/wb/uploads/floe-wb-*"))
 
 
 def test_an_upload_spread_over_every_node_lists_completes_and_aborts_anywhere(wb, direct):

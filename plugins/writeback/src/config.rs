@@ -145,6 +145,8 @@ pub struct NodeSettings {
     pub fragments: PathBuf,
     /// Journal directory.
     pub journal: PathBuf,
+    /// Multipart uploads in progress (see [`crate::upload_files`]).
+    pub uploads: PathBuf,
     /// Fragment ceiling.
     pub capacity_bytes: u64,
     /// Concurrent uploads.
@@ -220,6 +222,7 @@ pub fn validate(cx: &ConfigCx<'_>, raw: &FileSections) -> Result<Settings, Confi
             Some(NodeSettings {
                 fragments: dir.join("fragments"),
                 journal: dir.join("journal"),
+                uploads: dir.join("uploads"),
                 capacity_bytes: n.capacity_bytes,
                 propagate_concurrency: n.propagate_concurrency,
                 retry_max_ms: n.retry_max_ms.max(250),

@@ -30,6 +30,8 @@ pub struct UploadDoc {
     key: String,
     headers: Vec<(String, String)>,
     parts: Vec<(u32, Record)>,
+    #[serde(default)]
+    started_ms: u64,
 }
 
 fn no_such_upload() -> S3Error {
@@ -41,7 +43,7 @@ fn no_such_upload() -> S3Error {
 
 impl Node {
     /// Answers `GET /upload?id=` and `DELETE /upload?id=`; `None` for other calls.
-    pub(crate) fn serve_upload(&self, call: &PeerCall) -> Option<PeerReply> {
+    pub(crate) async fn serve_upload(self: &Arc<Self>, call: &PeerCall) -> Option<PeerReply> {
         let id = call.path.strip_prefix("/upload?id=")?;
         let reply = |status, body: Vec<u8>| PeerReply {
             status,
@@ -49,7 +51,7 @@ impl Node {
         };
         Some(match call.method {
             "DELETE" => {
-                self.uploads.take(id);
+                self.forget_here(id).await;
                 reply(200, Vec::new())
             }
             _ => match self.uploads.doc(id) {
@@ -59,6 +61,7 @@ impl Node {
                         key,
                         headers,
                         parts,
+                        started_ms: self.uploads.started_ms(id).unwrap_or(0),
                     };
                     reply(200, serde_json::to_vec(&doc).unwrap_or_default())
                 }
@@ -87,7 +90,8 @@ impl Node {
         }
         let doc = self.peer_docs(id).await.into_iter().find(|d| d.key == key);
         let doc = doc.ok_or_else(no_such_upload)?;
-        self.uploads.adopt(id, &doc.key, doc.headers);
+        self.uploads
+            .adopt(id, &doc.key, doc.headers, doc.started_ms);
         Ok(())
     }
 
@@ -96,6 +100,7 @@ impl Node {
         let mine = self.uploads.doc(id).filter(|(k, _, _)| k == key);
         let docs = self.peer_docs(id).await;
         let mut found = mine.is_some();
+        let mut started_ms = self.uploads.started_ms(id).unwrap_or(u64::MAX);
         let (mut headers, mut parts): (_, BTreeMap<u32, Arc<Record>>) = match mine {
             Some((_, h, p)) => (h, p.into_iter().collect()),
             None => (Vec::new(), BTreeMap::new()),
@@ -105,6 +110,7 @@ impl Node {
                 headers = doc.headers;
                 found = true;
             }
+            started_ms = started_ms.min(doc.started_ms);
             for (n, r) in doc.parts {
                 if parts.get(&n).is_none_or(|old| old.acked_ms < r.acked_ms) {
                     parts.insert(n, Arc::new(r));
@@ -118,14 +124,32 @@ impl Node {
             key: key.to_owned(),
             headers,
             parts,
+            started_ms,
         })
     }
 
     /// Makes every active node forget upload `id` (its parts are the caller's to free).
     pub async fn forget_upload(self: &Arc<Self>, id: &str) {
-        self.uploads.take(id);
+        self.forget_here(id).await;
         for peer in self.others() {
             let _ = self.ask(&peer, "DELETE", format!("/upload?id={id}")).await;
         }
+    }
+
+    /// Forgets upload `id` on this node (its files too, on a blocking thread).
+    async fn forget_here(self: &Arc<Self>, id: &str) {
+        let (me, id) = (self.clone(), id.to_owned());
+        let _ = tokio::task::spawn_blocking(move || me.uploads.take(&id)).await;
+    }
+
+    /// `GET /journal?id=` of a part of an upload in progress here: 200, as for a journaled
+    /// write (its fragments are not orphans); `None` otherwise (the store answers).
+    pub(crate) fn serve_held_part(&self, call: &PeerCall) -> Option<PeerReply> {
+        let id = call.path.strip_prefix("/journal?id=")?;
+        let id = crate::id::ObjectId::parse(id)?;
+        (call.method == "GET" && self.uploads.holds(&id)).then(|| PeerReply {
+            status: 200,
+            body: Bytes::new(),
+        })
     }
 }

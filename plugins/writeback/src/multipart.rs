@@ -8,12 +8,14 @@
 //! completed object is then an ordinary staged write: one record, one geometry, read, repaired
 //! and propagated (as one PUT, with Content-MD5) by the same code as a PutObject. The cost is
 //! reading and re-encoding the parts once at completion, local-disk and loopback work. Each
-//! node keeps the uploads it was asked about and the parts it staged, in memory; calls for
-//! one upload may land on any node (see [`crate::fleet_uploads`]). A node that restarts
-//! forgets its parts: a completion then misses them and fails (nothing was acknowledged as
-//! an object), and their fragments are swept as orphans (see [`crate::sweep`]).
+//! node keeps the uploads it was asked about and the parts it staged, in memory and on disk
+//! (see [`crate::upload_files`]: a restart forgets no acknowledged part); calls for one
+//! upload may land on any node (see [`crate::fleet_uploads`]). An upload left incomplete for
+//! `orphan_after_ms` is aborted by the scrub (see [`crate::sweep`]), as an S3 lifecycle rule
+//! AbortIncompleteMultipartUpload would.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -24,6 +26,7 @@ use crate::journal::Record;
 use crate::node::Node;
 use crate::read::RecordStream;
 use crate::stage::BodySource;
+use crate::upload_files::UploadFiles;
 
 /// Upload ids Floe hands out start with this (others pass to the origin).
 pub const PREFIX: &str = "floe-wb-";
@@ -36,11 +39,30 @@ pub struct Upload {
     pub headers: Vec<(String, String)>,
     /// Staged parts by number.
     pub parts: BTreeMap<u32, Arc<Record>>,
+    /// When it was created (ms since the epoch).
+    pub started_ms: u64,
 }
 
-/// The uploads in progress on a route.
+/// The uploads in progress on this node, kept on disk when it has a write-back directory.
 #[derive(Default)]
-pub struct Uploads(Mutex<HashMap<String, Upload>>);
+pub struct Uploads {
+    map: Mutex<HashMap<String, Upload>>,
+    files: Option<UploadFiles>,
+}
+
+fn io_error(e: io::Error) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::InternalError,
+        "The upload could not be recorded.",
+    )
+    .caused_by(e)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 fn no_such_upload() -> S3Error {
     S3Error::new(
@@ -50,45 +72,110 @@ fn no_such_upload() -> S3Error {
 }
 
 impl Uploads {
-    /// Starts an upload of `key`; its id.
-    pub fn create(&self, key: &str, headers: Vec<(String, String)>) -> String {
+    /// The uploads kept in `files`, read back.
+    pub fn on_disk(files: UploadFiles) -> io::Result<Self> {
+        let map = files.load()?.into_iter().collect();
+        Ok(Self {
+            map: Mutex::new(map),
+            files: Some(files),
+        })
+    }
+
+    /// How many uploads this node knows.
+    pub fn len(&self) -> usize {
+        self.map.lock().map_or(0, |u| u.len())
+    }
+
+    /// Whether this node knows no upload.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Starts an upload of `key`; its id. Blocking: it is on disk when this returns.
+    pub fn create(&self, key: &str, headers: Vec<(String, String)>) -> Result<String, S3Error> {
         let id = format!("{PREFIX}{}", crate::id::ObjectId::random());
-        if let Ok(mut u) = self.0.lock() {
-            u.insert(
-                id.clone(),
-                Upload {
-                    key: key.to_owned(),
-                    headers,
-                    parts: BTreeMap::new(),
-                },
-            );
+        let up = Upload {
+            key: key.to_owned(),
+            headers,
+            parts: BTreeMap::new(),
+            started_ms: now_ms(),
+        };
+        if let Some(f) = &self.files {
+            f.begin(&id, &up).map_err(io_error)?;
         }
-        id
+        if let Ok(mut u) = self.map.lock() {
+            u.insert(id.clone(), up);
+        }
+        Ok(id)
     }
 
     /// Whether `id` is an upload of `key` here.
     pub fn has(&self, id: &str, key: &str) -> bool {
-        self.0
+        self.map
             .lock()
             .is_ok_and(|u| u.get(id).is_some_and(|up| up.key == key))
     }
 
-    /// Records part `n`; the part it replaced, if any (to free).
+    /// Records part `n`; the part it replaced, if any (to free). Blocking: the part is on
+    /// disk when this returns.
     pub fn put_part(&self, id: &str, n: u32, part: Record) -> Result<Option<Arc<Record>>, S3Error> {
-        let mut u = self.0.lock().map_err(|_| no_such_upload())?;
+        if let Some(f) = &self.files {
+            let up = self.shell(id).ok_or_else(no_such_upload)?;
+            f.begin(id, &up).map_err(io_error)?;
+            f.part(id, n, &part).map_err(io_error)?;
+        }
+        let mut u = self.map.lock().map_err(|_| no_such_upload())?;
         let up = u.get_mut(id).ok_or_else(no_such_upload)?;
         Ok(up.parts.insert(n, Arc::new(part)))
     }
 
-    /// Knows upload `id` of `key` as a peer described it (its parts stay the peer's).
-    pub fn adopt(&self, id: &str, key: &str, headers: Vec<(String, String)>) {
-        if let Ok(mut u) = self.0.lock() {
+    /// Upload `id` without its parts.
+    fn shell(&self, id: &str) -> Option<Upload> {
+        let u = self.map.lock().ok()?;
+        let up = u.get(id)?;
+        Some(Upload {
+            key: up.key.clone(),
+            headers: up.headers.clone(),
+            parts: BTreeMap::new(),
+            started_ms: up.started_ms,
+        })
+    }
+
+    /// Knows upload `id` of `key` as a peer described it (its parts stay the peer's; it is
+    /// written to disk with the first part staged here).
+    pub fn adopt(&self, id: &str, key: &str, headers: Vec<(String, String)>, started_ms: u64) {
+        if let Ok(mut u) = self.map.lock() {
             u.entry(id.to_owned()).or_insert_with(|| Upload {
                 key: key.to_owned(),
                 headers,
                 parts: BTreeMap::new(),
+                started_ms: if started_ms == 0 {
+                    now_ms()
+                } else {
+                    started_ms
+                },
             });
         }
+    }
+
+    /// Ids of the uploads started before `ms`.
+    pub fn started_before(&self, ms: u64) -> Vec<String> {
+        self.map.lock().map_or_else(
+            |_| Vec::new(),
+            |u| {
+                u.iter()
+                    .filter(|(_, up)| up.started_ms < ms)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            },
+        )
+    }
+
+    /// Whether a part staged here has fragments of write `id` (they are not orphans).
+    pub fn holds(&self, id: &crate::id::ObjectId) -> bool {
+        self.map
+            .lock()
+            .is_ok_and(|u| u.values().any(|up| up.parts.values().any(|r| r.id == *id)))
     }
 
     /// The key, headers and parts of upload `id` as this node knows it.
@@ -97,15 +184,25 @@ impl Uploads {
         &self,
         id: &str,
     ) -> Option<(String, Vec<(String, String)>, Vec<(u32, Arc<Record>)>)> {
-        let u = self.0.lock().ok()?;
+        let u = self.map.lock().ok()?;
         let up = u.get(id)?;
         let parts = up.parts.iter().map(|(n, r)| (*n, r.clone())).collect();
         Some((up.key.clone(), up.headers.clone(), parts))
     }
 
-    /// Takes the upload out (completion or abort).
+    /// When upload `id` started, as this node knows it.
+    pub fn started_ms(&self, id: &str) -> Option<u64> {
+        self.map.lock().ok()?.get(id).map(|up| up.started_ms)
+    }
+
+    /// Takes the upload out (completion or abort), off the disk first. Blocking.
     pub fn take(&self, id: &str) -> Option<Upload> {
-        self.0.lock().ok()?.remove(id)
+        if let Some(f) = &self.files {
+            if let Err(e) = f.forget(id) {
+                tracing::warn!(id, error = %e, "a finished upload's files stay (its parts are swept later)");
+            }
+        }
+        self.map.lock().ok()?.remove(id)
     }
 }
 

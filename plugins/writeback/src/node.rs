@@ -39,7 +39,11 @@ pub struct Node {
 
 impl Node {
     /// A node over `store` in `fleet`.
-    pub fn new(store: Arc<Store>, fleet: Arc<dyn Fleet>) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        fleet: Arc<dyn Fleet>,
+        uploads: crate::multipart::Uploads,
+    ) -> Self {
         Self {
             store,
             fleet,
@@ -47,7 +51,7 @@ impl Node {
             staged: AtomicUsize::new(0),
             retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
-            uploads: Default::default(),
+            uploads,
             replayed: std::sync::Mutex::default(),
         }
     }
@@ -112,10 +116,13 @@ impl Node {
     /// Answers a call to this node's store: a journal copy is indexed (this node then serves
     /// reads of its key), a freed write unindexed.
     pub async fn serve(self: &Arc<Self>, call: PeerCall) -> PeerReply {
-        if let Some(reply) = self.serve_upload(&call) {
+        if let Some(reply) = self.serve_upload(&call).await {
             return reply;
         }
         if let Some(reply) = self.serve_journals(call.method, &call.path).await {
+            return reply;
+        }
+        if let Some(reply) = self.serve_held_part(&call) {
             return reply;
         }
         let store = self.store.clone();

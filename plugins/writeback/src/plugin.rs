@@ -22,10 +22,12 @@ use crate::config::{self, Settings};
 use crate::filter::WritebackFilter;
 use crate::fragments::Fragments;
 use crate::journal::Journal;
+use crate::multipart::Uploads;
 use crate::node::{Node, NodeService};
 use crate::propagate::{Counts, Origins, Propagator};
 use crate::repair::{RepairCounts, Repairer};
 use crate::service::{Store, SERVICE};
+use crate::upload_files::UploadFiles;
 
 /// The plugin's factory, as the proxy lists it.
 pub static FACTORY: WritebackFactory = WritebackFactory;
@@ -70,6 +72,9 @@ impl Configured for WritebackConfig {
                 Fragments::open(&n.fragments, n.capacity_bytes)
                     .map_err(|e| format!("{}: {e}", n.fragments.display()))?,
                 Journal::open(&n.journal).map_err(|e| format!("{}: {e}", n.journal.display()))?,
+                UploadFiles::open(&n.uploads)
+                    .and_then(Uploads::on_disk)
+                    .map_err(|e| format!("{}: {e}", n.uploads.display()))?,
             )),
         };
         Ok(Arc::new(WritebackPlugin {
@@ -86,7 +91,7 @@ impl Configured for WritebackConfig {
 /// The started plugin.
 pub struct WritebackPlugin {
     settings: Settings,
-    parts: Mutex<Option<(Fragments, Journal)>>,
+    parts: Mutex<Option<(Fragments, Journal, Uploads)>>,
     node: Arc<OnceLock<Arc<Node>>>,
     origins: Origins,
     counts: Arc<Counts>,
@@ -101,7 +106,7 @@ impl WritebackPlugin {
             return Ok(n.clone());
         }
         let parts = self.parts.lock().ok().and_then(|mut p| p.take());
-        let Some((fragments, journal)) = parts else {
+        let Some((fragments, journal, uploads)) = parts else {
             return Err("the writeback filter needs a top-level writeback: section".into());
         };
         let fleet: Arc<dyn Fleet> = route
@@ -110,9 +115,13 @@ impl WritebackPlugin {
             .cloned()
             .unwrap_or_else(|| Arc::new(Alone(Arc::from("local"))));
         let store = Arc::new(Store::new(fleet.node_id().clone(), fragments, journal));
-        let node = Arc::new(Node::new(store.clone(), fleet.clone()));
+        let node = Arc::new(Node::new(store.clone(), fleet.clone(), uploads));
         let records = store.journal.replay()?;
-        tracing::info!(records = records.len(), "write-back journal replayed");
+        tracing::info!(
+            records = records.len(),
+            uploads = node.uploads.len(),
+            "write-back journal replayed"
+        );
         for r in records {
             node.replay(r);
         }

@@ -1,8 +1,10 @@
 //! Orphan fragments: kept fragments no journal names, left by a write whose coordinator died
-//! before acknowledging it, or by a multipart upload never completed (parts are journaled
-//! only at completion). A scrub removes those older than `orphan_after_ms`, and only once
-//! every active node answered that it keeps no record of the write: a node that missed an
-//! acknowledged write's journal copy still holds a fragment that counts.
+//! before acknowledging it, or by a multipart upload aborted or completed while a node was
+//! away. A scrub removes those older than `orphan_after_ms`, and only once every active node
+//! answered that it keeps no record of the write (a journal record, or a part of an upload
+//! in progress): a node that missed an acknowledged write's journal copy still holds a
+//! fragment that counts. The same scrub aborts uploads left incomplete that long (as an S3
+//! lifecycle rule AbortIncompleteMultipartUpload would), freeing their parts.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use crate::node::Node;
 impl Node {
     /// Removes the orphan fragments older than `older_than`; how many it removed.
     pub async fn sweep_orphans(self: &Arc<Self>, older_than: Duration) -> u64 {
+        self.abort_stale_uploads(older_than).await;
         let store = self.store.clone();
         let listed = tokio::task::spawn_blocking(move || {
             let kept = store.fragments.list().unwrap_or_default();
@@ -23,6 +26,10 @@ impl Node {
         })
         .await
         .unwrap_or_default();
+        let listed: Vec<_> = listed
+            .into_iter()
+            .filter(|(id, _, _)| !self.uploads.holds(id))
+            .collect();
         let mut by_id: BTreeMap<ObjectId, Vec<u8>> = BTreeMap::new();
         for (id, index, _) in listed {
             by_id.entry(id).or_default().push(index);
@@ -47,6 +54,28 @@ impl Node {
             }
         }
         removed
+    }
+
+    /// Aborts the uploads this node knows that started `older_than` ago: every node forgets
+    /// them and their parts (wherever staged) are freed.
+    async fn abort_stale_uploads(self: &Arc<Self>, older_than: Duration) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let before = now.saturating_sub(older_than.as_millis() as u64);
+        for id in self.uploads.started_before(before) {
+            let Some((key, _, _)) = self.uploads.doc(&id) else {
+                continue;
+            };
+            let Ok(up) = self.upload_view(&id, &key).await else {
+                continue;
+            };
+            tracing::info!(%id, key, parts = up.parts.len(), "aborting an upload left incomplete");
+            self.forget_upload(&id).await;
+            for p in up.parts.values() {
+                self.free(p).await;
+            }
+        }
     }
 
     /// Whether another active node keeps a record of `id`, or could not say (then the

@@ -82,7 +82,10 @@ impl WritebackFilter {
         if self.node.plan(&opts, 0).is_none() {
             return Ok(false);
         }
-        let id = self.node.uploads.create(key, kept_headers(session));
+        let (node, k, headers) = (self.node.clone(), key.to_owned(), kept_headers(session));
+        let id = tokio::task::spawn_blocking(move || node.uploads.create(&k, headers))
+            .await
+            .map_err(internal)??;
         let body = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<InitiateMultipartUploadResult xmlns=\"{NS}\"><Bucket>{}</Bucket><Key>{}</Key><UploadId>{id}</UploadId></InitiateMultipartUploadResult>",
             xml_escape(&self.bucket),
@@ -150,7 +153,11 @@ impl WritebackFilter {
                 .await?
         };
         let etag = record.etag.clone();
-        if let Some(old) = self.node.uploads.put_part(id, n, record)? {
+        let (node, i) = (self.node.clone(), id.to_owned());
+        let old = tokio::task::spawn_blocking(move || node.uploads.put_part(&i, n, record))
+            .await
+            .map_err(internal)??;
+        if let Some(old) = old {
             self.node.free(&old).await;
         }
         answer(
