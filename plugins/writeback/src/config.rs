@@ -93,11 +93,10 @@ pub struct NodeSection {
     /// Default 10000 (10 s): longer than a restart's gossip gap, short next to a lost node.
     #[serde(default = "default_grace")]
     pub repair_grace_ms: u64,
-    /// How old a fragment no journal in the fleet names must be before a scrub removes it:
-    /// the leftovers of a write whose coordinator died before acknowledging it, or of a
-    /// multipart upload never completed (its parts are journaled only at completion, so this
-    /// is also how long an upload may stay open). Default 604800000 (7 days, a common
-    /// AbortIncompleteMultipartUpload rule).
+    /// How old a fragment no journal and no open upload in the fleet names must be before a
+    /// scrub removes it (the leftovers of a write whose coordinator died before acknowledging
+    /// it), and how long a multipart upload may stay open before the scrub aborts it. Default
+    /// 604800000 (7 days, a common AbortIncompleteMultipartUpload rule).
     #[serde(default = "default_orphan")]
     pub orphan_after_ms: u64,
 }
