@@ -457,6 +457,39 @@ def test_an_upload_spread_over_every_node_lists_completes_and_aborts_anywhere(wb
     wait_until("the spread upload to reach the origin", lambda: at_origin(direct, key) == whole, timeout=30)
 
 
+def test_list_multipart_uploads_shows_the_fleets_uploads_beside_the_origins(wb, direct):
+    nodes, relay, _ = wb
+    c = [s3_client(nd.port) for nd in nodes]
+    at_origin_up = direct.create_multipart_upload(Bucket=BUCKET, Key="wb/up/b-origin.parquet")["UploadId"]
+    a = c[0].create_multipart_upload(Bucket=BUCKET, Key="wb/up/a.parquet")["UploadId"]
+    z = c[1].create_multipart_upload(Bucket=BUCKET, Key="wb/up/z.parquet")["UploadId"]
+    deep = c[2].create_multipart_upload(Bucket=BUCKET, Key="wb/up/deep/x.parquet")["UploadId"]
+    def ids(client, **kw):
+        return [(u["Key"], u["UploadId"]) for u in client.list_multipart_uploads(Bucket=BUCKET, **kw).get("Uploads", [])]
+
+    try:
+        # MinIO lists an upload only under its whole key as the prefix; Floe's answer is the
+        # origin's page with the fleet's uploads merged in, whatever the origin lists.
+        origin = ids(direct, Prefix="wb/up/")
+        assert sorted(ids(c[2], Prefix="wb/up/")) == sorted(origin + [
+            ("wb/up/a.parquet", a), ("wb/up/deep/x.parquet", deep), ("wb/up/z.parquet", z)])
+        assert [k for k, _ in ids(c[2], Prefix="wb/up/")] == sorted(k for k, _ in ids(c[2], Prefix="wb/up/"))
+        assert ids(c[1], Prefix="wb/up/b-origin.parquet") == [("wb/up/b-origin.parquet", at_origin_up)]
+        assert ids(c[0], Prefix="wb/up/a.parquet") == [("wb/up/a.parquet", a)]
+        listed = c[2].list_multipart_uploads(Bucket=BUCKET, Prefix="wb/up/")["Uploads"]
+        assert all(u["Initiated"].year >= 2026 and u["StorageClass"] == "STANDARD" for u in listed)
+        rolled = c[0].list_multipart_uploads(Bucket=BUCKET, Prefix="wb/up/", Delimiter="/")
+        assert [u["UploadId"] for u in rolled["Uploads"] if u["UploadId"].startswith("floe-wb-")] == [a, z]
+        assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["wb/up/deep/"]
+        after = ids(c[1], Prefix="wb/up/", KeyMarker="wb/up/b-origin.parquet")
+        assert [i for _, i in after if i.startswith("floe-wb-")] == [deep, z]
+        c[1].abort_multipart_upload(Bucket=BUCKET, Key="wb/up/a.parquet", UploadId=a)
+        assert ids(c[0], Prefix="wb/up/a.parquet") == []
+        assert len(ids(c[0], Prefix="wb/up/")) == len(origin) + 2
+    finally:
+        direct.abort_multipart_upload(Bucket=BUCKET, Key="wb/up/b-origin.parquet", UploadId=at_origin_up)
+
+
 def test_a_node_away_during_a_newer_write_never_brings_the_older_one_back(minio, direct, tmp_path):
     relay = Relay(minio.port)
     nodes = start_fleet(tmp_path, relay.port, n=4, **WB)  # k=2 m=1 w=3: one node may be away

@@ -197,7 +197,23 @@ impl WritebackFilter {
 struct ListMerge {
     ask: ListAsk,
     dirty: Vec<Arc<Record>>,
+    /// For ListMultipartUploads: the uploads Floe holds open (`dirty` is then empty).
+    uploads: Vec<crate::list_uploads::OpenUpload>,
     page: Vec<u8>,
+}
+
+/// What a list request asked for (prefix, delimiter, marker, encoding).
+fn list_ask(session: &Session, marker: &[&str]) -> ListAsk {
+    let param = |name: &str| crate::upload::query(session, name).map(list::decode_query);
+    ListAsk {
+        prefix: param("prefix").unwrap_or_default(),
+        delimiter: param("delimiter"),
+        after: marker
+            .iter()
+            .find_map(|m| param(m))
+            .filter(|a| !a.is_empty()),
+        url: param("encoding-type").is_some_and(|e| e == "url"),
+    }
 }
 
 impl WritebackFilter {
@@ -212,18 +228,27 @@ impl WritebackFilter {
         if dirty.is_empty() {
             return;
         }
-        let param = |name: &str| crate::upload::query(session, name).map(list::decode_query);
-        let ask = ListAsk {
-            prefix: param("prefix").unwrap_or_default(),
-            delimiter: param("delimiter"),
-            after: param("start-after")
-                .or_else(|| param("marker"))
-                .filter(|a| !a.is_empty()),
-            url: param("encoding-type").is_some_and(|e| e == "url"),
-        };
         ctx.ext.insert(ListMerge {
-            ask,
+            ask: list_ask(session, &["start-after", "marker"]),
             dirty,
+            uploads: Vec::new(),
+            page: Vec::new(),
+        });
+    }
+
+    /// Prepares the merge of the uploads open on the fleet into a ListMultipartUploads answer.
+    async fn list_uploads(&self, session: &Session, ctx: &mut FilterCtx) {
+        if self.opts.is_none() {
+            return;
+        }
+        let uploads = self.node.open_uploads(&self.bucket).await;
+        if uploads.is_empty() {
+            return;
+        }
+        ctx.ext.insert(ListMerge {
+            ask: list_ask(session, &["key-marker"]),
+            dirty: Vec::new(),
+            uploads,
             page: Vec::new(),
         });
     }
@@ -244,7 +269,11 @@ impl RequestFilter for WritebackFilter {
             .key
             .as_ref()
             .map_or(String::new(), |k| k.as_str().to_owned());
-        if key.is_empty() && !matches!(ctx.op, S3Op::ListObjects | S3Op::ListObjectsV2) {
+        let listing = matches!(
+            ctx.op,
+            S3Op::ListObjects | S3Op::ListObjectsV2 | S3Op::ListMultipartUploads
+        );
+        if key.is_empty() && !listing {
             return Ok(false);
         }
         match ctx.op {
@@ -255,6 +284,10 @@ impl RequestFilter for WritebackFilter {
             },
             S3Op::ListObjects | S3Op::ListObjectsV2 => {
                 self.list(session, ctx);
+                Ok(false)
+            }
+            S3Op::ListMultipartUploads => {
+                self.list_uploads(session, ctx).await;
                 Ok(false)
             }
             S3Op::CreateMultipartUpload => self.create_upload(session, ctx, &key).await,
@@ -320,7 +353,11 @@ impl RequestFilter for WritebackFilter {
         }
         if end {
             let page = String::from_utf8_lossy(&m.page);
-            *body = Some(Bytes::from(list::merge(&page, &m.ask, &m.dirty)));
+            let merged = match m.uploads.is_empty() {
+                true => list::merge(&page, &m.ask, &m.dirty),
+                false => crate::list_uploads::merge(&page, &m.ask, &m.uploads),
+            };
+            *body = Some(Bytes::from(merged));
         }
         Ok(())
     }

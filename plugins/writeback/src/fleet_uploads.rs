@@ -12,7 +12,6 @@
 //! fails (InvalidPart), never completes without it. Peer calls: `GET /upload?id=` answers the
 //! upload as this node knows it (404 when it does not), `DELETE /upload?id=` forgets it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -27,11 +26,29 @@ use crate::node::Node;
 /// An upload as a node knows it, on the wire.
 #[derive(Serialize, Deserialize)]
 pub struct UploadDoc {
+    #[serde(default)]
+    bucket: String,
     key: String,
     headers: Vec<(String, String)>,
     parts: Vec<(u32, Record)>,
     #[serde(default)]
     started_ms: u64,
+}
+
+impl UploadDoc {
+    fn into_upload(self) -> Upload {
+        Upload {
+            bucket: self.bucket,
+            key: self.key,
+            headers: self.headers,
+            parts: self
+                .parts
+                .into_iter()
+                .map(|(n, r)| (n, Arc::new(r)))
+                .collect(),
+            started_ms: self.started_ms,
+        }
+    }
 }
 
 fn no_such_upload() -> S3Error {
@@ -54,14 +71,15 @@ impl Node {
                 self.forget_here(id).await;
                 reply(200, Vec::new())
             }
-            _ => match self.uploads.doc(id) {
-                Some((key, headers, parts)) => {
-                    let parts = parts.into_iter().map(|(n, r)| (n, (*r).clone())).collect();
+            _ => match self.uploads.get(id) {
+                Some(up) => {
+                    let parts = up.parts.iter().map(|(n, r)| (*n, (**r).clone())).collect();
                     let doc = UploadDoc {
-                        key,
-                        headers,
+                        bucket: up.bucket,
+                        key: up.key,
+                        headers: up.headers,
                         parts,
-                        started_ms: self.uploads.started_ms(id).unwrap_or(0),
+                        started_ms: up.started_ms,
                     };
                     reply(200, serde_json::to_vec(&doc).unwrap_or_default())
                 }
@@ -90,42 +108,36 @@ impl Node {
         }
         let doc = self.peer_docs(id).await.into_iter().find(|d| d.key == key);
         let doc = doc.ok_or_else(no_such_upload)?;
-        self.uploads
-            .adopt(id, &doc.key, doc.headers, doc.started_ms);
+        self.uploads.adopt(id, doc.into_upload());
         Ok(())
     }
 
-    /// Upload `id` of `key` with every active node's parts merged.
+    /// Upload `id` of `key` with every active node's parts merged (for a part number staged
+    /// on two nodes, the later one).
     pub async fn upload_view(self: &Arc<Self>, id: &str, key: &str) -> Result<Upload, S3Error> {
-        let mine = self.uploads.doc(id).filter(|(k, _, _)| k == key);
-        let docs = self.peer_docs(id).await;
-        let mut found = mine.is_some();
-        let mut started_ms = self.uploads.started_ms(id).unwrap_or(u64::MAX);
-        let (mut headers, mut parts): (_, BTreeMap<u32, Arc<Record>>) = match mine {
-            Some((_, h, p)) => (h, p.into_iter().collect()),
-            None => (Vec::new(), BTreeMap::new()),
-        };
-        for doc in docs.into_iter().filter(|d| d.key == key) {
-            if !found {
-                headers = doc.headers;
-                found = true;
+        let mut view = self.uploads.get(id).filter(|u| u.key == key);
+        for doc in self
+            .peer_docs(id)
+            .await
+            .into_iter()
+            .filter(|d| d.key == key)
+        {
+            let theirs = doc.into_upload();
+            let Some(v) = view.as_mut() else {
+                view = Some(theirs);
+                continue;
+            };
+            v.started_ms = v.started_ms.min(theirs.started_ms);
+            if v.bucket.is_empty() {
+                v.bucket = theirs.bucket;
             }
-            started_ms = started_ms.min(doc.started_ms);
-            for (n, r) in doc.parts {
-                if parts.get(&n).is_none_or(|old| old.acked_ms < r.acked_ms) {
-                    parts.insert(n, Arc::new(r));
+            for (n, r) in theirs.parts {
+                if v.parts.get(&n).is_none_or(|old| old.acked_ms < r.acked_ms) {
+                    v.parts.insert(n, r);
                 }
             }
         }
-        if !found {
-            return Err(no_such_upload());
-        }
-        Ok(Upload {
-            key: key.to_owned(),
-            headers,
-            parts,
-            started_ms,
-        })
+        view.ok_or_else(no_such_upload)
     }
 
     /// Makes every active node forget upload `id` (its parts are the caller's to free).

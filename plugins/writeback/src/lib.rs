@@ -24,6 +24,7 @@ pub mod stage;
 pub use plugin::FACTORY;
 pub mod list;
 pub mod list_parts;
+pub mod list_uploads;
 pub mod multipart;
 pub mod repair;
 pub mod room;

@@ -31,14 +31,14 @@ fn unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
-fn between<'a>(s: &'a str, open: &str, close: &str) -> Option<&'a str> {
+pub(crate) fn between<'a>(s: &'a str, open: &str, close: &str) -> Option<&'a str> {
     let i = s.find(open)? + open.len();
     let j = s[i..].find(close)? + i;
     Some(&s[i..j])
 }
 
 impl ListAsk {
-    fn show(&self, key: &str) -> String {
+    pub(crate) fn show(&self, key: &str) -> String {
         if self.url {
             floe_core::uri::uri_encode(key, false)
         } else {
@@ -46,7 +46,24 @@ impl ListAsk {
         }
     }
 
-    fn read(&self, shown: &str) -> String {
+    /// The common prefix `key` rolls up into under the delimiter, if any (`key` starts with
+    /// the prefix).
+    pub(crate) fn rolled_up(&self, key: &str) -> Option<String> {
+        let d = self.delimiter.as_deref().filter(|d| !d.is_empty())?;
+        let tail = key.get(self.prefix.len()..)?;
+        tail.find(d)
+            .map(|i| format!("{}{}", self.prefix, &tail[..i + d.len()]))
+    }
+
+    /// Whether `key` belongs in a page: under the prefix, after the marker, and up to the
+    /// page's last key `upper` when the page is truncated.
+    pub(crate) fn takes(&self, key: &str, truncated: bool, upper: Option<&str>) -> bool {
+        key.starts_with(&self.prefix)
+            && self.after.as_deref().is_none_or(|a| key > a)
+            && (!truncated || upper.is_some_and(|u| key <= u))
+    }
+
+    pub(crate) fn read(&self, shown: &str) -> String {
         if self.url {
             percent_decode(shown)
         } else {
@@ -105,22 +122,10 @@ pub fn merge(xml: &str, ask: &ListAsk, dirty: &[Arc<Record>]) -> String {
     let (mut added, mut prefixes) = (0usize, Vec::new());
     for r in dirty {
         let k = r.key.as_str();
-        let inside = k.starts_with(&ask.prefix)
-            && ask.after.as_deref().is_none_or(|a| k > a)
-            && (!truncated || upper.as_deref().is_some_and(|u| k <= u));
-        if !inside {
+        if !ask.takes(k, truncated, upper.as_deref()) {
             continue;
         }
-        let rolled = ask
-            .delimiter
-            .as_deref()
-            .filter(|d| !d.is_empty())
-            .and_then(|d| {
-                let tail = &k[ask.prefix.len()..];
-                tail.find(d)
-                    .map(|i| format!("{}{}", ask.prefix, &tail[..i + d.len()]))
-            });
-        if let Some(p) = rolled {
+        if let Some(p) = ask.rolled_up(k) {
             let shown = format!("<Prefix>{}</Prefix>", ask.show(&p));
             if !xml.contains(&format!("<CommonPrefixes>{shown}")) && !prefixes.contains(&shown) {
                 prefixes.push(shown);

@@ -32,7 +32,10 @@ use crate::upload_files::UploadFiles;
 pub const PREFIX: &str = "floe-wb-";
 
 /// One upload in progress.
+#[derive(Clone)]
 pub struct Upload {
+    /// Bucket.
+    pub bucket: String,
     /// Key.
     pub key: String,
     /// Headers of the CreateMultipartUpload, kept with the object.
@@ -48,6 +51,19 @@ pub struct Upload {
 pub struct Uploads {
     map: Mutex<HashMap<String, Upload>>,
     files: Option<UploadFiles>,
+}
+
+impl Upload {
+    /// A new upload of `bucket`/`key`, started now.
+    pub fn new(bucket: &str, key: &str, headers: Vec<(String, String)>) -> Self {
+        Self {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            headers,
+            parts: BTreeMap::new(),
+            started_ms: now_ms(),
+        }
+    }
 }
 
 fn io_error(e: io::Error) -> S3Error {
@@ -91,15 +107,9 @@ impl Uploads {
         self.len() == 0
     }
 
-    /// Starts an upload of `key`; its id. Blocking: it is on disk when this returns.
-    pub fn create(&self, key: &str, headers: Vec<(String, String)>) -> Result<String, S3Error> {
+    /// Starts `up`; its id. Blocking: it is on disk when this returns.
+    pub fn create(&self, up: Upload) -> Result<String, S3Error> {
         let id = format!("{PREFIX}{}", crate::id::ObjectId::random());
-        let up = Upload {
-            key: key.to_owned(),
-            headers,
-            parts: BTreeMap::new(),
-            started_ms: now_ms(),
-        };
         if let Some(f) = &self.files {
             f.begin(&id, &up).map_err(io_error)?;
         }
@@ -134,28 +144,34 @@ impl Uploads {
         let u = self.map.lock().ok()?;
         let up = u.get(id)?;
         Some(Upload {
-            key: up.key.clone(),
-            headers: up.headers.clone(),
             parts: BTreeMap::new(),
-            started_ms: up.started_ms,
+            ..up.clone()
         })
     }
 
-    /// Knows upload `id` of `key` as a peer described it (its parts stay the peer's; it is
+    /// Knows upload `id` as a peer described it in `up` (its parts stay the peer's; it is
     /// written to disk with the first part staged here).
-    pub fn adopt(&self, id: &str, key: &str, headers: Vec<(String, String)>, started_ms: u64) {
-        if let Ok(mut u) = self.map.lock() {
-            u.entry(id.to_owned()).or_insert_with(|| Upload {
-                key: key.to_owned(),
-                headers,
-                parts: BTreeMap::new(),
-                started_ms: if started_ms == 0 {
-                    now_ms()
-                } else {
-                    started_ms
-                },
-            });
+    pub fn adopt(&self, id: &str, mut up: Upload) {
+        up.parts.clear();
+        if up.started_ms == 0 {
+            up.started_ms = now_ms();
         }
+        if let Ok(mut u) = self.map.lock() {
+            u.entry(id.to_owned()).or_insert(up);
+        }
+    }
+
+    /// (id, key, started) of the uploads of `bucket` this node knows.
+    pub fn listing(&self, bucket: &str) -> Vec<(String, String, u64)> {
+        self.map.lock().map_or_else(
+            |_| Vec::new(),
+            |u| {
+                u.iter()
+                    .filter(|(_, up)| up.bucket == bucket)
+                    .map(|(id, up)| (id.clone(), up.key.clone(), up.started_ms))
+                    .collect()
+            },
+        )
     }
 
     /// Ids of the uploads started before `ms`.
@@ -178,21 +194,9 @@ impl Uploads {
             .is_ok_and(|u| u.values().any(|up| up.parts.values().any(|r| r.id == *id)))
     }
 
-    /// The key, headers and parts of upload `id` as this node knows it.
-    #[allow(clippy::type_complexity)]
-    pub fn doc(
-        &self,
-        id: &str,
-    ) -> Option<(String, Vec<(String, String)>, Vec<(u32, Arc<Record>)>)> {
-        let u = self.map.lock().ok()?;
-        let up = u.get(id)?;
-        let parts = up.parts.iter().map(|(n, r)| (*n, r.clone())).collect();
-        Some((up.key.clone(), up.headers.clone(), parts))
-    }
-
-    /// When upload `id` started, as this node knows it.
-    pub fn started_ms(&self, id: &str) -> Option<u64> {
-        self.map.lock().ok()?.get(id).map(|up| up.started_ms)
+    /// Upload `id` as this node knows it (its parts: those staged here).
+    pub fn get(&self, id: &str) -> Option<Upload> {
+        self.map.lock().ok()?.get(id).cloned()
     }
 
     /// Takes the upload out (completion or abort), off the disk first. Blocking.

@@ -122,7 +122,10 @@ impl Node {
         if let Some(reply) = self.serve_journals(call.method, &call.path).await {
             return reply;
         }
-        if let Some(reply) = self.serve_held_part(&call) {
+        if let Some(reply) = self
+            .serve_held_part(&call)
+            .or_else(|| self.serve_open_uploads(&call))
+        {
             return reply;
         }
         let store = self.store.clone();

@@ -64,7 +64,7 @@ impl Node {
             .map_or(0, |d| d.as_millis() as u64);
         let before = now.saturating_sub(older_than.as_millis() as u64);
         for id in self.uploads.started_before(before) {
-            let Some((key, _, _)) = self.uploads.doc(&id) else {
+            let Some(key) = self.uploads.get(&id).map(|u| u.key) else {
                 continue;
             };
             let Ok(up) = self.upload_view(&id, &key).await else {

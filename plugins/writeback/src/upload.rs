@@ -82,8 +82,11 @@ impl WritebackFilter {
         if self.node.plan(&opts, 0).is_none() {
             return Ok(false);
         }
-        let (node, k, headers) = (self.node.clone(), key.to_owned(), kept_headers(session));
-        let id = tokio::task::spawn_blocking(move || node.uploads.create(&k, headers))
+        let (node, up) = (
+            self.node.clone(),
+            crate::multipart::Upload::new(&self.bucket, key, kept_headers(session)),
+        );
+        let id = tokio::task::spawn_blocking(move || node.uploads.create(up))
             .await
             .map_err(internal)??;
         let body = format!(

@@ -20,6 +20,8 @@ const HEAD: &str = "upload.json";
 /// What `upload.json` holds.
 #[derive(Serialize, Deserialize)]
 struct Head {
+    #[serde(default)]
+    bucket: String,
     key: String,
     headers: Vec<(String, String)>,
     started_ms: u64,
@@ -68,6 +70,7 @@ impl UploadFiles {
         std::fs::create_dir_all(&d)?;
         durable::sync_dir(&self.dir)?;
         let head = Head {
+            bucket: up.bucket.clone(),
             key: up.key.clone(),
             headers: up.headers.clone(),
             started_ms: up.started_ms,
@@ -118,6 +121,7 @@ impl UploadFiles {
 fn read_upload(dir: &Path) -> io::Result<Upload> {
     let head: Head = serde_json::from_slice(&std::fs::read(dir.join(HEAD))?)?;
     let mut up = Upload {
+        bucket: head.bucket,
         key: head.key,
         headers: head.headers,
         parts: Default::default(),
@@ -144,6 +148,7 @@ mod tests {
 
     fn upload(key: &str) -> Upload {
         Upload {
+            bucket: "b".into(),
             key: key.into(),
             headers: vec![("content-type".into(), "application/x-parquet".into())],
             parts: Default::default(),
