@@ -252,7 +252,7 @@ impl AdminHandler for Admin {
 
 /// The fleet of a node without a `fleet:` section: itself, placing nothing (every write-back
 /// PUT then goes straight to the origin, as fewer than w nodes are eligible).
-struct Alone(Arc<str>);
+pub(crate) struct Alone(pub(crate) Arc<str>);
 
 #[async_trait]
 impl Fleet for Alone {

@@ -72,6 +72,17 @@ fn now_ms() -> u64 {
 }
 
 impl Node {
+    /// The order stamp of a new write of `bucket`/`key` (last acknowledged write wins): the
+    /// wall clock, but always past the write of the key this node indexes. Every node indexes
+    /// each acknowledged write as its record is copied out, so a write that follows another's
+    /// acknowledgment orders after it even when its coordinator's clock is behind (a hybrid
+    /// logical clock, per key); concurrent writes order by stamp, then id, on every node.
+    pub fn stamp(&self, bucket: &str, key: &str) -> u64 {
+        let now = now_ms();
+        self.dirty(bucket, key)
+            .map_or(now, |r| now.max(r.acked_ms.saturating_add(1)))
+    }
+
     /// Where a write of `size` bytes would go, or `None` when fewer than w nodes are eligible
     /// (the PUT then goes straight to the origin): the first k + m nodes in rendezvous order
     /// that advertise room for a fragment (see [`crate::room`]).
@@ -215,7 +226,7 @@ impl Node {
             geometry: geo,
             placements,
             coordinator: self.me().to_owned(),
-            acked_ms: now_ms(),
+            acked_ms: self.stamp(obj.bucket, obj.key),
         };
         Ok((record, reports, targets))
     }
@@ -415,5 +426,32 @@ async fn send(tx: &mut Option<mpsc::Sender<Bytes>>, piece: Bytes) {
         if t.send(piece).await.is_err() {
             *tx = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fragments::Fragments;
+    use crate::journal::{sample, Journal};
+    use crate::service::Store;
+
+    #[test]
+    fn a_write_after_another_orders_after_it_even_behind_that_nodes_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            Arc::from("n"),
+            Fragments::open(&dir.path().join("f"), 64 << 20).unwrap(),
+            Journal::open(&dir.path().join("j")).unwrap(),
+        );
+        let fleet = Arc::new(crate::plugin::Alone(Arc::from("n")));
+        let node = Node::new(Arc::new(store), fleet, Default::default());
+        let before = now_ms();
+        assert!(node.stamp("b", "k") >= before, "no write of the key: the wall clock");
+        // A peer whose clock runs a minute ahead acknowledged a write of k; its copy is here.
+        let ahead = before + 60_000;
+        node.index(Arc::new(sample("k", 1, "\"e\"", ahead)));
+        assert_eq!(node.stamp("b", "k"), ahead + 1);
+        assert!(node.stamp("b", "other") < ahead, "other keys keep the wall clock");
     }
 }
