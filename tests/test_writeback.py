@@ -139,6 +139,25 @@ def test_a_read_under_way_when_propagation_frees_the_fragments_finishes_from_the
     assert nodes[1].metric("floe_writeback_read_through_total") == 1
 
 
+@pytest.mark.parametrize("key", ["wb/metadata/version-hint.text", "wb/data/00014-rewritten.parquet"])
+def test_a_rewritten_key_reads_as_the_new_write_on_every_node_before_and_after_propagation(wb, direct, key):
+    nodes, relay, _ = wb
+    old, new = b"1" * 100, b"22" * 100
+    direct.put_object(Bucket=BUCKET, Key=key, Body=old)
+    for nd in nodes:
+        assert get(nd.port, key).data == old  # every node's block cache resolved the old version
+    relay.refuse = {"PUT"}
+    assert put(nodes[0], key, new)["x-floe-writeback"] == "staged"
+    for nd in nodes:
+        assert get(nd.port, key).data == new, nd.name
+    relay.refuse = set()
+    wait_until("the write propagated and freed", lambda: all(
+        nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes))
+    assert at_origin(direct, key) == new
+    for nd in nodes:
+        assert get(nd.port, key).data == new, nd.name  # was the old version, from the cache
+
+
 def test_lists_through_any_node_show_staged_writes_merged_in_order(wb, direct):
     nodes, relay, _ = wb
     direct.put_object(Bucket=BUCKET, Key="wb/list/b.parquet", Body=b"origin")

@@ -104,6 +104,7 @@ impl S3Mode {
         ctx.route = Some(route.clone());
         for filter in &route.filters {
             if filter.request_filter(session, &mut ctx.f).await? {
+                ctx.f.answered_by = Some(filter.name());
                 return Ok(true);
             }
         }

@@ -311,7 +311,10 @@ impl RequestFilter for BlockFilter {
         }
         // A completed write of a cacheable object is read back into the cache under the ETag
         // the origin now reports (a re-read, not a tee of the upload: see write_through_cap).
+        // Not a write a stage answered itself (write-back's staged PUT): the origin does not
+        // have it yet, and the re-read would cache the version it replaced.
         if status == 200
+            && ctx.answered_by.is_none()
             && matches!(
                 ctx.op,
                 S3Op::PutObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload

@@ -8,7 +8,10 @@ use std::sync::{Arc, OnceLock, RwLock};
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::fleet::Fleet;
-use floe_core::plugin::{AdminHandler, Configured, Plugin, PluginFactory, RouteCx, StartError};
+use floe_core::plugin::{
+    AdminHandler, Configured, Plugin, PluginFactory, RouteCx, Shared, StartError,
+};
+use floe_core::versions::Versions;
 use floe_core::RequestFilter;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::{background_service, BackgroundService};
@@ -134,6 +137,15 @@ impl Plugin for BlocksPlugin {
         Ok(filter)
     }
 
+    fn share(&self, shared: &mut Shared) {
+        if let Some(cache) = &self.cache {
+            shared.insert::<Arc<dyn Versions>>(Arc::new(BlockVersions {
+                cache: cache.clone(),
+                routes: self.routes.clone(),
+            }));
+        }
+    }
+
     fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
         let cache = self.cache.clone()?;
         Some(Arc::new(BlocksAdmin::new(cache, self.routes.clone())))
@@ -147,6 +159,26 @@ impl Plugin for BlocksPlugin {
             "floe-cache-settle",
             SettleOnShutdown(cache),
         ))]
+    }
+}
+
+/// The block cache's versions, as other plugins forget them (see [`Versions`]).
+struct BlockVersions {
+    cache: Arc<BlockCache>,
+    routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
+}
+
+impl Versions for BlockVersions {
+    fn forget(&self, bucket: &str, key: &str) {
+        let route = self.routes.read().ok().and_then(|r| r.get(bucket).cloned());
+        match route {
+            Some(f) => f.invalidate(key),
+            // No stage built here for the bucket yet (a pattern route): only the persisted
+            // mapping can be there.
+            None => self
+                .cache
+                .forget_mapping(&Arc::from(bucket), &Arc::from(key)),
+        }
     }
 }
 

@@ -72,6 +72,9 @@ pub struct FilterCtx {
     pub cache: Option<&'static str>,
     /// Origin bytes spent by filter stages that answered themselves.
     pub origin_bytes: u64,
+    /// The stage that answered the request itself (`None`: the origin answered it). A write a
+    /// stage answered (write-back's staged PUT) has not reached the origin yet.
+    pub answered_by: Option<&'static str>,
     /// Timed phases of the request, exported as its span's children (empty, and
     /// allocation-free, unless a stage records one).
     pub phases: Vec<crate::spans::Phase>,
@@ -94,6 +97,7 @@ impl FilterCtx {
             body_preread: false,
             cache: None,
             origin_bytes: 0,
+            answered_by: None,
             phases: Vec::new(),
             ext: http::Extensions::new(),
         }

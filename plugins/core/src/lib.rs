@@ -21,6 +21,7 @@ pub mod range;
 pub mod spans;
 mod types;
 pub mod uri;
+pub mod versions;
 pub mod wire;
 
 pub use error::{chain, xml_escape, Cause, S3Error, S3ErrorCode};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use floe_core::fleet::{Fleet, PeerCall, PeerError, PeerRef, PeerReply, PeerService};
+use floe_core::versions::Versions;
 use tokio::sync::Notify;
 
 use crate::journal::{Placement, Record};
@@ -35,6 +36,9 @@ pub struct Node {
     /// Copies of other coordinators' records replayed at start, unserved until the node
     /// caught up with its peers (see [`crate::catch_up`]).
     replayed: std::sync::Mutex<Vec<Arc<Record>>>,
+    /// The block cache's versions, when the node has one: a key's staged write and its
+    /// propagation change the version it reads as (see [`floe_core::versions`]).
+    pub versions: std::sync::OnceLock<Arc<dyn Versions>>,
 }
 
 impl Node {
@@ -53,6 +57,7 @@ impl Node {
             journaled: Notify::new(),
             uploads,
             replayed: std::sync::Mutex::default(),
+            versions: std::sync::OnceLock::new(),
         }
     }
 
@@ -158,11 +163,29 @@ impl Node {
 
     /// Drops write `id` from the index, whatever its key.
     pub fn unindex_id(&self, id: &crate::id::ObjectId) {
+        let mut gone = Vec::new();
         if let Ok(mut d) = self.dirty.write() {
-            for keys in d.values_mut() {
-                keys.retain(|_, r| r.id != *id);
+            for (bucket, keys) in d.iter_mut() {
+                keys.retain(|key, r| {
+                    let keep = r.id != *id;
+                    if !keep {
+                        gone.push((bucket.clone(), key.clone()));
+                    }
+                    keep
+                });
             }
             self.recount(&mut d);
+        }
+        for (bucket, key) in gone {
+            self.forget_version(&bucket, &key);
+        }
+    }
+
+    /// Makes the block cache forget what `bucket`/`key` resolved to: a staged write of it was
+    /// indexed or dropped, so it now reads as another version.
+    fn forget_version(&self, bucket: &str, key: &str) {
+        if let Some(v) = self.versions.get() {
+            v.forget(bucket, key);
         }
     }
 
@@ -201,6 +224,7 @@ impl Node {
     /// Indexes `r` unless a later write of its key is indexed (then `r` is retired); a write
     /// it displaces is retired. True when `r` was indexed.
     pub fn index(&self, r: Arc<Record>) -> bool {
+        let (r_bucket, r_key) = (r.bucket.clone(), r.key.clone());
         let (kept, displaced) = {
             let Ok(mut d) = self.dirty.write() else {
                 return false;
@@ -219,6 +243,9 @@ impl Node {
         };
         if let Some(old) = displaced {
             self.retire(old);
+        }
+        if kept {
+            self.forget_version(&r_bucket, &r_key);
         }
         kept
     }
@@ -244,6 +271,7 @@ impl Node {
             here
         };
         if removed {
+            self.forget_version(&r.bucket, &r.key);
             self.retire(r.clone());
         }
         removed

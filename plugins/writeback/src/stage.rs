@@ -447,11 +447,17 @@ mod tests {
         let fleet = Arc::new(crate::plugin::Alone(Arc::from("n")));
         let node = Node::new(Arc::new(store), fleet, Default::default());
         let before = now_ms();
-        assert!(node.stamp("b", "k") >= before, "no write of the key: the wall clock");
+        assert!(
+            node.stamp("b", "k") >= before,
+            "no write of the key: the wall clock"
+        );
         // A peer whose clock runs a minute ahead acknowledged a write of k; its copy is here.
         let ahead = before + 60_000;
         node.index(Arc::new(sample("k", 1, "\"e\"", ahead)));
         assert_eq!(node.stamp("b", "k"), ahead + 1);
-        assert!(node.stamp("b", "other") < ahead, "other keys keep the wall clock");
+        assert!(
+            node.stamp("b", "other") < ahead,
+            "other keys keep the wall clock"
+        );
     }
 }
