@@ -13,7 +13,7 @@ use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::plugin::{
     AdminHandler, Configured, Plugin, PluginFactory, RouteCx, Shared, StartError,
 };
-use floe_core::RequestFilter;
+use floe_core::{OriginReader, RequestFilter};
 use pingora::services::ServiceWithDependents;
 
 use crate::runtime::{RouteSpec, AUTH_STAGE};
@@ -92,6 +92,20 @@ impl Plugins {
             .get(name)
             .ok_or_else(|| format!("no plugin named {name:?}"))?;
         plugin.build(route)
+    }
+
+    /// The origin reader the stages after `name` get (see
+    /// [`floe_core::plugin::Plugin::origin_layer`]).
+    pub fn origin_layer(
+        &self,
+        name: &str,
+        route: &RouteCx<'_>,
+        inner: Arc<dyn OriginReader>,
+    ) -> Arc<dyn OriginReader> {
+        match self.by_name.get(name) {
+            Some(p) => p.origin_layer(route, inner),
+            None => inner,
+        }
     }
 
     /// The stage that authenticates requests to no route (ListBuckets, unknown buckets)

@@ -36,21 +36,27 @@ impl Route {
         plugins: &Plugins,
         region: &str,
     ) -> Result<Self, StartError> {
-        let cx = RouteCx {
+        let mut cx = RouteCx {
             bucket: Some(bucket),
             route: spec.bucket.as_str(),
             region,
             clients: &spec.clients,
             anonymous: &spec.anonymous,
             origin: Some(Arc::new(PingoraOriginReader::new(origin.clone()))),
+            later: &[],
             shared: plugins.shared(),
         };
-        let filters = spec
-            .filters
-            .iter()
-            .map(|name| plugins.build(name, &cx))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("route {}: {e}", spec.bucket))?;
+        let mut filters = Vec::with_capacity(spec.filters.len());
+        for (i, name) in spec.filters.iter().enumerate() {
+            cx.later = spec.filters.get(i + 1..).unwrap_or_default();
+            let stage = plugins
+                .build(name, &cx)
+                .map_err(|e| format!("route {}: {e}", spec.bucket))?;
+            filters.push(stage);
+            if let Some(inner) = cx.origin.take() {
+                cx.origin = Some(plugins.origin_layer(name, &cx, inner));
+            }
+        }
         Ok(Self {
             bucket: bucket.clone(),
             origin: origin.clone(),
@@ -116,6 +122,7 @@ impl RouteTable {
             clients: &all_keys,
             anonymous: &[],
             origin: None,
+            later: &[],
             shared: plugins.shared(),
         })?;
         Ok(Self {

@@ -26,25 +26,6 @@ use crate::serve::{internal, response_header, ClientSink, InFlight, Opened};
 /// standard Iceberg layouts the same way).
 pub const MAX_PINS: usize = 1 << 18;
 
-/// Query parameters and headers that make a read uncacheable here (passed to the origin).
-const PASS_QUERY: &[&str] = &[
-    "versionId",
-    "partNumber",
-    "response-content-type",
-    "response-content-disposition",
-    "response-cache-control",
-    "response-content-encoding",
-    "response-content-language",
-    "response-expires",
-];
-const PASS_HEADERS: &[&str] = &[
-    "if-match",
-    "if-none-match",
-    "if-modified-since",
-    "if-unmodified-since",
-    "x-amz-server-side-encryption-customer-algorithm",
-];
-
 /// The block-cache stage of one route.
 #[derive(Clone)]
 pub struct BlockFilter {
@@ -128,12 +109,7 @@ impl BlockFilter {
 
     async fn serve(&self, session: &mut Session, ctx: &mut FilterCtx) -> Result<bool, S3Error> {
         let req = session.req_header();
-        let query = req.uri.query().unwrap_or("");
-        if query
-            .split('&')
-            .any(|p| PASS_QUERY.contains(&p.split('=').next().unwrap_or("")))
-            || PASS_HEADERS.iter().any(|h| req.headers.contains_key(*h))
-        {
+        if !floe_core::plain_read(req.uri.query().unwrap_or(""), &req.headers) {
             ctx.cache = Some("pass");
             return Ok(false);
         }

@@ -238,8 +238,45 @@ fn object_subresource(query: &str) -> bool {
         .any(|kv| SUB.contains(&kv.split('=').next().unwrap_or("")))
 }
 
+/// Query parameters that make a read ask for something other than the current version's
+/// bytes as stored (an old version, a part, response header overrides): a cache passes it on.
+const OTHER_QUERY: &[&str] = &[
+    "versionId",
+    "partNumber",
+    "response-content-type",
+    "response-content-disposition",
+    "response-cache-control",
+    "response-content-encoding",
+    "response-content-language",
+    "response-expires",
+];
+
+/// Headers that make a read conditional or key-dependent: a cache passes it on.
+const OTHER_HEADERS: &[&str] = &[
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "x-amz-server-side-encryption-customer-algorithm",
+];
+
+/// Whether a GET or HEAD with `query` and `headers` reads the current version's bytes as
+/// stored (whole, or one range): what a cache stage serves. A read that is not (see
+/// `OTHER_QUERY`, `OTHER_HEADERS`, or several ranges) goes to the origin.
+pub fn plain_read(query: &str, headers: &http::HeaderMap) -> bool {
+    let other_query = query
+        .split('&')
+        .any(|p| OTHER_QUERY.contains(&p.split('=').next().unwrap_or("")));
+    let several_ranges = headers
+        .get("range")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|r| r.contains(','));
+    !other_query && !several_ranges && !OTHER_HEADERS.iter().any(|h| headers.contains_key(*h))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::plain_read;
     use super::S3Op::{self, *};
 
     #[test]
@@ -305,5 +342,22 @@ mod tests {
         }
         assert_eq!(S3Op::from_name("Unsupported"), None);
         assert_eq!(S3Op::from_name("getobject"), None);
+    }
+
+    #[test]
+    fn a_plain_read_is_the_current_version_whole_or_one_range() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut m = http::HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, http::HeaderValue::from_static(v));
+            }
+            m
+        };
+        assert!(plain_read("", &h(&[])));
+        assert!(plain_read("x-id=GetObject", &h(&[("range", "bytes=0-9")])));
+        assert!(!plain_read("versionId=3", &h(&[])));
+        assert!(!plain_read("partNumber=1&x-id=GetObject", &h(&[])));
+        assert!(!plain_read("", &h(&[("if-none-match", "\"e\"")])));
+        assert!(!plain_read("", &h(&[("range", "bytes=0-1,5-6")])));
     }
 }

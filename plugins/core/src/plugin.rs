@@ -72,8 +72,11 @@ pub struct RouteCx<'a> {
     pub clients: &'a [(String, String)],
     /// Operations unsigned requests may use.
     pub anonymous: &'a [S3Op],
-    /// Reads from the route's origin, signed as the proxy signs (`None` without a route).
+    /// Reads from the route's origin, signed as the proxy signs (`None` without a route), as
+    /// the stages before this one layered it (see [`Plugin::origin_layer`]).
     pub origin: Option<Arc<dyn OriginReader>>,
+    /// The names of the route's stages after this one, in order.
+    pub later: &'a [String],
     /// What plugins started earlier share with later ones (e.g. the fleet, as
     /// `Arc<dyn Fleet>`).
     pub shared: &'a Shared,
@@ -119,6 +122,19 @@ pub trait Plugin: Send + Sync {
 
     /// The stage of one route (built once at start-up, shared by the route's requests).
     fn build(&self, route: &RouteCx<'_>) -> Result<Arc<dyn RequestFilter>, StartError>;
+
+    /// The origin reader the route's later stages get, given the one this stage got: a plugin
+    /// holding versions the origin does not have yet (write-back's staged writes) serves them
+    /// here, so a cache stage after it resolves and fills them like any other. Contract: the
+    /// layer keeps [`OriginReader`]'s (If-Match on every ranged read) and passes through what
+    /// it does not hold. Default: `inner`, unchanged.
+    fn origin_layer(
+        &self,
+        _route: &RouteCx<'_>,
+        inner: Arc<dyn OriginReader>,
+    ) -> Arc<dyn OriginReader> {
+        inner
+    }
 
     /// The plugin's admin endpoints, if it has any.
     fn admin(&self) -> Option<Arc<dyn AdminHandler>> {

@@ -36,6 +36,9 @@ pub struct WritebackFilter {
     pub bucket: String,
     /// Origins by bucket (for a synchronous write).
     pub origins: Origins,
+    /// A block cache follows on the route: plain reads of staged writes are its to serve
+    /// (through [`crate::origin_layer`]), so they are cached like any object.
+    pub cache_after: bool,
 }
 
 impl WritebackFilter {
@@ -192,6 +195,12 @@ impl WritebackFilter {
     }
 }
 
+/// Whether the request is a plain read a cache stage serves (see [`floe_core::plain_read`]).
+fn plain(session: &Session) -> bool {
+    let req = session.req_header();
+    floe_core::plain_read(req.uri.query().unwrap_or(""), &req.headers)
+}
+
 /// A list page being collected for merging.
 #[derive(Clone)]
 struct ListMerge {
@@ -279,6 +288,7 @@ impl RequestFilter for WritebackFilter {
         match ctx.op {
             S3Op::PutObject => self.put(session, ctx, &key).await,
             S3Op::GetObject | S3Op::HeadObject => match self.node.dirty(&self.bucket, &key) {
+                Some(_) if self.cache_after && plain(session) => Ok(false),
                 Some(r) => self.get(session, ctx, r).await,
                 None => Ok(false),
             },

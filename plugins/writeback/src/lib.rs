@@ -14,6 +14,7 @@ pub mod id;
 pub mod journal;
 pub mod metrics;
 pub mod node;
+pub mod origin_layer;
 pub mod plugin;
 pub mod propagate;
 pub mod read;

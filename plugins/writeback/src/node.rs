@@ -15,6 +15,9 @@ use tokio::sync::Notify;
 use crate::journal::{Placement, Record};
 use crate::service::{Store, SERVICE};
 
+/// Marks a `DELETE /obj` of a write freed because the origin holds it.
+const AT_ORIGIN: &str = "&at_origin=1";
+
 /// How long one fragment call may take.
 pub const CALL_WAIT: Duration = Duration::from_secs(10);
 
@@ -149,20 +152,21 @@ impl Node {
             if let Some(r) = copy {
                 self.index(Arc::new(r));
             } else if method == "DELETE" {
-                if let Some(id) = path
+                let id = path
                     .split("id=")
                     .nth(1)
-                    .and_then(crate::id::ObjectId::parse)
-                {
-                    self.unindex_id(&id);
+                    .map(|s| s.split('&').next().unwrap_or(s));
+                if let Some(id) = id.and_then(crate::id::ObjectId::parse) {
+                    self.unindex_id(&id, path.ends_with(AT_ORIGIN));
                 }
             }
         }
         reply
     }
 
-    /// Drops write `id` from the index, whatever its key.
-    pub fn unindex_id(&self, id: &crate::id::ObjectId) {
+    /// Drops write `id` from the index, whatever its key; `at_origin`: it was freed because the
+    /// origin holds it (the key still reads as the same version, so the block cache keeps it).
+    pub fn unindex_id(&self, id: &crate::id::ObjectId, at_origin: bool) {
         let mut gone = Vec::new();
         if let Ok(mut d) = self.dirty.write() {
             for (bucket, keys) in d.iter_mut() {
@@ -176,8 +180,8 @@ impl Node {
             }
             self.recount(&mut d);
         }
-        for (bucket, key) in gone {
-            self.forget_version(&bucket, &key);
+        for (bucket, key) in gone.iter().filter(|_| !at_origin) {
+            self.forget_version(bucket, key);
         }
     }
 
@@ -349,13 +353,24 @@ impl Node {
     /// effort: a node that is down keeps its copy; on its return it propagates the same bytes
     /// again or finds the record superseded).
     pub async fn free(self: &Arc<Self>, r: &Record) {
+        self.free_as(r, false).await;
+    }
+
+    /// As [`Node::free`], for a write the origin confirmed: the key reads as the same
+    /// version from the origin now, so no node's block cache forgets it.
+    pub async fn free_propagated(self: &Arc<Self>, r: &Record) {
+        self.free_as(r, true).await;
+    }
+
+    async fn free_as(self: &Arc<Self>, r: &Record, at_origin: bool) {
         let mut set = tokio::task::JoinSet::new();
+        let flag = if at_origin { AT_ORIGIN } else { "" };
         for peer in self.holders(r).into_iter().filter(|p| *p.id != *self.me()) {
             let (me, id) = (self.clone(), r.id);
             set.spawn(async move {
                 let call = PeerCall {
                     method: "DELETE",
-                    path: format!("/obj?id={id}"),
+                    path: format!("/obj?id={id}{flag}"),
                     body: bytes::Bytes::new(),
                 };
                 if let Err(e) = me.call(&peer, call).await {
@@ -366,7 +381,7 @@ impl Node {
         while set.join_next().await.is_some() {}
         let (store, id) = (self.store.clone(), r.id);
         let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
-        self.unindex_id(&id);
+        self.unindex_id(&id, at_origin);
     }
 }
 

@@ -14,7 +14,7 @@ use floe_core::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx,
     StartError,
 };
-use floe_core::{ETag, ObjectHead, RequestFilter};
+use floe_core::{ETag, ObjectHead, OriginReader, RequestFilter};
 use pingora::services::background::background_service;
 use pingora::services::ServiceWithDependents;
 
@@ -153,7 +153,23 @@ impl Plugin for WritebackPlugin {
             opts: self.settings.routes.get(route.route).copied(),
             bucket,
             origins: self.origins.clone(),
+            // The block cache after this stage reads staged writes through `origin_layer`.
+            cache_after: route.later.iter().any(|s| s == "blocks"),
         }))
+    }
+
+    fn origin_layer(
+        &self,
+        _route: &RouteCx<'_>,
+        inner: Arc<dyn OriginReader>,
+    ) -> Arc<dyn OriginReader> {
+        match self.node.get() {
+            Some(node) => Arc::new(crate::origin_layer::StagedOrigin {
+                node: node.clone(),
+                inner,
+            }),
+            None => inner,
+        }
     }
 
     fn admin(&self) -> Option<Arc<dyn AdminHandler>> {

@@ -197,11 +197,11 @@ impl Propagator {
                     .bytes
                     .fetch_add(r.geometry.size, Ordering::Relaxed);
                 due.remove(&r.id);
-                self.node.free(&r).await;
+                self.node.free_propagated(&r).await;
             }
             Err(_) if there => {
                 due.remove(&r.id);
-                self.node.free(&r).await;
+                self.node.free_propagated(&r).await;
             }
             Err(e) => {
                 self.counts.failures.fetch_add(1, Ordering::Relaxed);

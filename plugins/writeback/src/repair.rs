@@ -276,14 +276,14 @@ impl Repairer {
                 tracing::info!(id = %r.id, key = %r.key, "dropping a copy of a propagated write");
                 let (store, id) = (self.node.store.clone(), r.id);
                 let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
-                self.node.unindex_id(&r.id);
+                self.node.unindex_id(&r.id, true);
                 checked.remove(&r.id);
             } else if crate::propagate::newer_at_origin(&*origin, &r).await {
                 // A later write of the key reached the origin: this one lost, drop it.
                 tracing::info!(id = %r.id, key = %r.key, "dropping a copy of a superseded write");
                 let (store, id) = (self.node.store.clone(), r.id);
                 let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
-                self.node.unindex_id(&r.id);
+                self.node.unindex_id(&r.id, false);
                 checked.remove(&r.id);
             } else if let Ok(doc) = serde_json::to_vec(&*r) {
                 // The coordinator lost it (its disk): it gets the record back, and propagates.
