@@ -17,6 +17,7 @@ mod mode;
 mod origin;
 mod origin_reader;
 mod otel;
+mod probes;
 mod respond;
 mod route_config;
 mod route_patterns;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
+use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::origin::Origin;
@@ -178,6 +180,10 @@ fn run(mut settings: Settings) -> anyhow::Result<()> {
         let mut m = Service::new("floe-metrics".to_owned(), metrics::MetricsApp);
         m.add_tcp(addr);
         server.add_service(m);
+        server.add_service(background_service(
+            "floe-readiness",
+            probes::LeaveOnShutdown,
+        ));
     }
     server.run_forever()
 }

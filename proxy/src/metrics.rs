@@ -105,7 +105,12 @@ pub struct MetricsApp;
 
 #[async_trait::async_trait]
 impl ServeHttp for MetricsApp {
-    async fn response(&self, _session: &mut ServerSession) -> http::Response<Vec<u8>> {
+    async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
+        let uri = &session.req_header().uri;
+        let (path, query) = (uri.path().to_owned(), uri.query().unwrap_or("").to_owned());
+        if let Some(r) = crate::probes::answer(&path, &query).await {
+            return r;
+        }
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&prometheus::gather(), &mut buf);
         let mut resp = http::Response::new(buf);

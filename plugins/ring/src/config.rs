@@ -31,7 +31,7 @@ pub struct AdminPeek {
 }
 
 /// How this node joins a fleet.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetSection {
     /// This node's stable id. Default: the `HOSTNAME` environment variable, which is the pod
@@ -39,7 +39,9 @@ pub struct FleetSection {
     #[serde(default)]
     pub node_id: Option<String>,
     /// The address other nodes reach this node at, `host:port`: the peer API listens on its
-    /// TCP port and gossip on the same UDP port. Required.
+    /// TCP port and gossip on the same UDP port. Required. `${NAME}` is replaced by the
+    /// environment variable NAME, so one file serves every pod of a StatefulSet (e.g.
+    /// `${POD_IP}:9200`, the pod IP from the downward API).
     pub peer_address: String,
     /// Where to bind both. Default: `peer_address` (in a pod, set `0.0.0.0:<port>`).
     #[serde(default)]
@@ -111,7 +113,7 @@ pub struct FleetSection {
 
 /// `fleet.tls`: every node serves the peer API with `cert`/`key` and trusts peers signed by
 /// `ca` (their certificates must name the host of their `peer_address`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerTlsSection {
     /// PEM certificate chain.
@@ -202,6 +204,28 @@ pub struct FleetSettings {
     pub tls: Option<PeerTls>,
 }
 
+/// `text` with each `${NAME}` replaced by the environment variable NAME; an unset or empty
+/// one is an error naming `key` and NAME.
+fn expand_env(cx: &ConfigCx<'_>, key: &str, text: &str) -> Result<String, ConfigError> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let j = after
+            .find('}')
+            .ok_or_else(|| cx.err(key, format!("{text:?}: '${{' without a closing '}}'")))?;
+        let name = &after[..j];
+        let value = (cx.env)(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| cx.err(key, format!("{text:?} names ${{{name}}}, which is not set")))?;
+        out.push_str(&value);
+        rest = &after[j + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn socket(cx: &ConfigCx<'_>, key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
     addr.to_socket_addrs()
         .map_err(|e| cx.err(key, format!("{addr:?} is not a host:port: {e}")))?
@@ -259,6 +283,10 @@ pub fn validate_with(
     s: &FleetSection,
     admin: Option<&AdminPeek>,
 ) -> Result<FleetSettings, ConfigError> {
+    let s = &FleetSection {
+        peer_address: expand_env(cx, "fleet.peer_address", &s.peer_address)?,
+        ..s.clone()
+    };
     let node_id = match &s.node_id {
         Some(id) => id.clone(),
         None => (cx.env)("HOSTNAME").unwrap_or_default(),
@@ -356,6 +384,7 @@ mod tests {
         let env = |v: &str| match v {
             "SECRET" => Some("0123456789abcdef0123".to_owned()),
             "SHORT" => Some("abc".to_owned()),
+            "POD_IP" => Some("10.1.2.3".to_owned()),
             _ => None,
         };
         let cx = ConfigCx {
@@ -390,6 +419,21 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.key, "fleet.admin_url");
+    }
+
+    #[test]
+    fn the_peer_address_takes_environment_variables_so_one_file_serves_every_pod() {
+        let s = parse("fleet: {node_id: a, peer_address: '${POD_IP}:9200', secret_env: SECRET}")
+            .unwrap();
+        assert_eq!(s.peer_address, "10.1.2.3:9200");
+        assert_eq!(s.gossip_advertise.to_string(), "10.1.2.3:9200");
+        for text in ["'${NOPE}:9200'", "'${POD_IP:9200'"] {
+            let e = parse(&format!(
+                "fleet: {{node_id: a, peer_address: {text}, secret_env: SECRET}}"
+            ))
+            .unwrap_err();
+            assert_eq!(e.key, "fleet.peer_address", "{e}");
+        }
     }
 
     #[test]
