@@ -21,6 +21,9 @@ fi
 if [ ! -x "$FLOE_CACHE/bin/minio" ]; then
   GOBIN="$FLOE_CACHE/bin" go install github.com/minio/minio@latest
 fi
+if [ ! -x "$FLOE_CACHE/bin/helm" ]; then   # the chart's lint, template and structure test
+  GOBIN="$FLOE_CACHE/bin" go install helm.sh/helm/v3/cmd/helm@v3.22.0
+fi
 # The Apache Iceberg REST catalog fixture (Java 17 + Maven; jars from Maven Central).
 # Debian packages the build and the fixtures need, installed when missing (apt-get update first:
 # a new machine has no package lists). A failed install shows apt's own error.
