@@ -66,12 +66,21 @@ def test_a_put_is_staged_read_everywhere_at_once_and_reaches_the_origin(wb, dire
         part = get(nd.port, "wb/data/00000-a.parquet", rng="bytes=262000-600000")
         assert part.status == 206 and part.data == body[262000:600001]
     assert nodes[0].admin("GET", "/writeback")["dirty_objects"] == 1
+    # The backlog in the metrics too, read at the scrape.
+    assert nodes[0].metric("floe_writeback_dirty_objects") == 1
+    assert nodes[0].metric("floe_writeback_dirty_bytes") == len(body)
+    assert nodes[0].metric("floe_writeback_oldest_dirty_age_seconds") > 0
+    assert nodes[1].metric("floe_writeback_dirty_objects") == 0  # counted by its coordinator
+    assert nodes[1].metric("floe_writeback_fragment_bytes") > len(body) / 2
     relay.up()
     wait_until("the write to reach the origin",
                lambda: at_origin(direct, "wb/data/00000-a.parquet") == body)
     wait_until("the fragments to be freed", lambda: all(
         nd.admin("GET", "/writeback")["fragment_bytes"] == 0 for nd in nodes))
     assert nodes[0].admin("GET", "/writeback")["propagated"] == 1
+    assert nodes[0].metric("floe_writeback_propagated_total") == 1
+    assert nodes[0].metric("floe_writeback_propagated_bytes_total") == len(body)
+    assert nodes[0].metric("floe_writeback_dirty_objects") == 0
 
 
 def test_the_coordinator_killed_after_the_ack_propagates_after_its_restart(wb, direct):

@@ -10,6 +10,7 @@ pub mod etag;
 pub mod filter;
 pub mod fleet_uploads;
 pub mod fragments;
+pub mod gauges;
 pub mod id;
 pub mod journal;
 pub mod metrics;

@@ -93,65 +93,120 @@ fn contents(ask: &ListAsk, r: &Record) -> String {
     )
 }
 
+/// An origin list page taken apart for merging: its entries (key, XML block) lifted out,
+/// where they go back, and its bounds. Shared by object and upload listings.
+pub(crate) struct Page<'a> {
+    xml: &'a str,
+    rest: String,
+    at: usize,
+    end_tag: &'static str,
+    /// The page's entries and the merged ones, by key once [`Page::render`] sorts them.
+    pub(crate) entries: Vec<(String, String)>,
+    truncated: bool,
+    upper: Option<String>,
+    prefixes: Vec<String>,
+}
+
+impl<'a> Page<'a> {
+    /// `xml` with its `entry` elements (e.g. `Contents`) lifted out; `None` for a truncated
+    /// page of common prefixes only (its bounds are unknown: nothing may be merged).
+    pub(crate) fn parse(
+        xml: &'a str,
+        ask: &ListAsk,
+        entry: &str,
+        end_tag: &'static str,
+    ) -> Option<Self> {
+        let (open, close) = (format!("<{entry}>"), format!("</{entry}>"));
+        let mut rest = xml.to_owned();
+        let at = rest
+            .find(&open)
+            .or_else(|| rest.find("<CommonPrefixes>"))
+            .or_else(|| rest.find(end_tag))
+            .unwrap_or(rest.len());
+        let mut entries = Vec::new();
+        while let Some(i) = rest.find(&open) {
+            let Some(j) = rest[i..].find(&close).map(|j| i + j + close.len()) else {
+                break;
+            };
+            let block: String = rest.drain(i..j).collect();
+            let key = between(&block, "<Key>", "</Key>")
+                .map(|k| ask.read(k))
+                .unwrap_or_default();
+            entries.push((key, block));
+        }
+        let truncated = xml.contains("<IsTruncated>true</IsTruncated>");
+        let upper = entries.iter().map(|(k, _)| k.clone()).max();
+        if truncated && upper.is_none() {
+            return None;
+        }
+        Some(Self {
+            xml,
+            rest,
+            at,
+            end_tag,
+            entries,
+            truncated,
+            upper,
+            prefixes: Vec::new(),
+        })
+    }
+
+    /// Whether `key` is merged into this page; a key rolling up under the delimiter is taken
+    /// as its common prefix (once), and `false` returned.
+    pub(crate) fn takes(&mut self, ask: &ListAsk, key: &str) -> bool {
+        if !ask.takes(key, self.truncated, self.upper.as_deref()) {
+            return false;
+        }
+        let Some(p) = ask.rolled_up(key) else {
+            return true;
+        };
+        let shown = format!("<Prefix>{}</Prefix>", ask.show(&p));
+        if !self.xml.contains(&format!("<CommonPrefixes>{shown}"))
+            && !self.prefixes.contains(&shown)
+        {
+            self.prefixes.push(shown);
+        }
+        false
+    }
+
+    /// The page with its entries back in key order (stable: the origin's order within a key
+    /// stays) and the new common prefixes at its end; and how many prefixes were added.
+    pub(crate) fn render(mut self) -> (String, usize) {
+        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let block: String = self.entries.into_iter().map(|(_, b)| b).collect();
+        self.rest.insert_str(self.at.min(self.rest.len()), &block);
+        let cps: String = self
+            .prefixes
+            .iter()
+            .map(|p| format!("<CommonPrefixes>{p}</CommonPrefixes>"))
+            .collect();
+        let end = self.rest.rfind(self.end_tag).unwrap_or(self.rest.len());
+        self.rest.insert_str(end, &cps);
+        (self.rest, self.prefixes.len())
+    }
+}
+
 /// The origin's list page `xml` with the staged writes in `dirty` merged in.
 pub fn merge(xml: &str, ask: &ListAsk, dirty: &[Arc<Record>]) -> String {
-    const OPEN: &str = "<Contents>";
-    const CLOSE: &str = "</Contents>";
-    let mut rest = xml.to_owned();
-    let at = rest
-        .find(OPEN)
-        .or_else(|| rest.find("<CommonPrefixes>"))
-        .or_else(|| rest.find("</ListBucketResult>"))
-        .unwrap_or(rest.len());
-    let mut entries: Vec<(String, String)> = Vec::new();
-    while let Some(i) = rest.find(OPEN) {
-        let Some(j) = rest[i..].find(CLOSE).map(|j| i + j + CLOSE.len()) else {
-            break;
-        };
-        let block: String = rest.drain(i..j).collect();
-        let key = between(&block, "<Key>", "</Key>")
-            .map(|k| ask.read(k))
-            .unwrap_or_default();
-        entries.push((key, block));
-    }
-    let truncated = xml.contains("<IsTruncated>true</IsTruncated>");
-    let upper = entries.iter().map(|(k, _)| k.clone()).max();
-    if truncated && upper.is_none() {
-        return xml.to_owned(); // a page of common prefixes only: its bounds are unknown
-    }
-    let (mut added, mut prefixes) = (0usize, Vec::new());
+    let Some(mut page) = Page::parse(xml, ask, "Contents", "</ListBucketResult>") else {
+        return xml.to_owned();
+    };
+    let mut added = 0usize;
     for r in dirty {
         let k = r.key.as_str();
-        if !ask.takes(k, truncated, upper.as_deref()) {
+        if !page.takes(ask, k) {
             continue;
         }
-        if let Some(p) = ask.rolled_up(k) {
-            let shown = format!("<Prefix>{}</Prefix>", ask.show(&p));
-            if !xml.contains(&format!("<CommonPrefixes>{shown}")) && !prefixes.contains(&shown) {
-                prefixes.push(shown);
-            }
-            continue;
-        }
-        match entries.iter_mut().find(|(e, _)| e == k) {
+        match page.entries.iter_mut().find(|(e, _)| e == k) {
             Some(e) => e.1 = contents(ask, r),
             None => {
-                entries.push((k.to_owned(), contents(ask, r)));
+                page.entries.push((k.to_owned(), contents(ask, r)));
                 added += 1;
             }
         }
     }
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    let block: String = entries.into_iter().map(|(_, b)| b).collect();
-    rest.insert_str(at.min(rest.len()), &block);
-    if !prefixes.is_empty() {
-        let cps: String = prefixes
-            .iter()
-            .map(|p| format!("<CommonPrefixes>{p}</CommonPrefixes>"))
-            .collect();
-        let end = rest.rfind("</ListBucketResult>").unwrap_or(rest.len());
-        rest.insert_str(end, &cps);
-    }
-    let grown = added + prefixes.len();
+    let (mut rest, prefixes) = page.render();
+    let grown = added + prefixes;
     if grown > 0 {
         if let Some(n) =
             between(&rest, "<KeyCount>", "</KeyCount>").and_then(|n| n.parse::<usize>().ok())

@@ -12,7 +12,7 @@ use floe_core::fleet::{PeerCall, PeerReply};
 use floe_core::xml_escape;
 use serde::{Deserialize, Serialize};
 
-use crate::list::{between, ListAsk};
+use crate::list::{ListAsk, Page};
 use crate::node::Node;
 
 /// An upload in progress, as listed.
@@ -38,61 +38,17 @@ fn entry(ask: &ListAsk, u: &OpenUpload) -> String {
 
 /// The origin's ListMultipartUploads page `xml` with `open` merged in.
 pub fn merge(xml: &str, ask: &ListAsk, open: &[OpenUpload]) -> String {
-    const OPEN: &str = "<Upload>";
-    const CLOSE: &str = "</Upload>";
-    const END: &str = "</ListMultipartUploadsResult>";
-    let mut rest = xml.to_owned();
-    let at = rest
-        .find(OPEN)
-        .or_else(|| rest.find("<CommonPrefixes>"))
-        .or_else(|| rest.find(END))
-        .unwrap_or(rest.len());
-    let mut entries: Vec<(String, String)> = Vec::new();
-    while let Some(i) = rest.find(OPEN) {
-        let Some(j) = rest[i..].find(CLOSE).map(|j| i + j + CLOSE.len()) else {
-            break;
-        };
-        let block: String = rest.drain(i..j).collect();
-        let key = between(&block, "<Key>", "</Key>")
-            .map(|k| ask.read(k))
-            .unwrap_or_default();
-        entries.push((key, block));
-    }
-    let truncated = xml.contains("<IsTruncated>true</IsTruncated>");
-    let upper = entries.iter().map(|(k, _)| k.clone()).max();
-    if truncated && upper.is_none() {
-        return xml.to_owned(); // a page of common prefixes only: its bounds are unknown
-    }
-    let mut prefixes: Vec<String> = Vec::new();
-    let mut ours: Vec<&OpenUpload> = open
-        .iter()
-        .filter(|u| ask.takes(&u.key, truncated, upper.as_deref()))
-        .collect();
+    let Some(mut page) = Page::parse(xml, ask, "Upload", "</ListMultipartUploadsResult>") else {
+        return xml.to_owned();
+    };
+    let mut ours: Vec<&OpenUpload> = open.iter().collect();
     ours.sort_by(|a, b| (&a.key, a.started_ms).cmp(&(&b.key, b.started_ms)));
     for u in ours {
-        match ask.rolled_up(&u.key) {
-            Some(p) => {
-                let shown = format!("<Prefix>{}</Prefix>", ask.show(&p));
-                if !xml.contains(&format!("<CommonPrefixes>{shown}")) && !prefixes.contains(&shown)
-                {
-                    prefixes.push(shown);
-                }
-            }
-            None => entries.push((u.key.clone(), entry(ask, u))),
+        if page.takes(ask, &u.key) {
+            page.entries.push((u.key.clone(), entry(ask, u)));
         }
     }
-    entries.sort_by(|a, b| a.0.cmp(&b.0)); // stable: the origin's order within a key stays
-    let block: String = entries.into_iter().map(|(_, b)| b).collect();
-    rest.insert_str(at.min(rest.len()), &block);
-    if !prefixes.is_empty() {
-        let cps: String = prefixes
-            .iter()
-            .map(|p| format!("<CommonPrefixes>{p}</CommonPrefixes>"))
-            .collect();
-        let end = rest.rfind(END).unwrap_or(rest.len());
-        rest.insert_str(end, &cps);
-    }
-    rest
+    page.render().0
 }
 
 impl Node {

@@ -307,6 +307,22 @@ impl Node {
             .unwrap_or_default()
     }
 
+    /// The writes this node coordinates that are not at the origin yet: how many, their bytes,
+    /// and the oldest one's age in ms.
+    pub fn backlog(&self) -> (usize, u64, u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mine: Vec<_> = self
+            .all_dirty()
+            .into_iter()
+            .filter(|r| r.coordinator == self.me())
+            .collect();
+        let bytes = mine.iter().map(|r| r.geometry.size).sum();
+        let oldest = mine.first().map_or(0, |r| now.saturating_sub(r.acked_ms));
+        (mine.len(), bytes, oldest)
+    }
+
     /// Every indexed write, oldest first.
     pub fn all_dirty(&self) -> Vec<Arc<Record>> {
         let mut v: Vec<Arc<Record>> = self

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
@@ -129,6 +129,15 @@ impl WritebackPlugin {
             node.replay(r);
         }
         fleet.mount(SERVICE, Arc::new(NodeService(node.clone())));
+        match crate::gauges::StateCollector::new(
+            node.clone(),
+            self.counts.clone(),
+            self.repairs.clone(),
+        ) {
+            // Fails only when registered twice (tests make several nodes in one process).
+            Ok(c) => drop(prometheus::register(Box::new(c))),
+            Err(e) => tracing::warn!(error = %e, "write-back metrics not registered"),
+        }
         let _ = self.node.set(node.clone());
         Ok(self.node.get().cloned().unwrap_or(node))
     }
@@ -233,23 +242,17 @@ impl AdminHandler for Admin {
                 serde_json::json!({"enabled": false}),
             ));
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let dirty = node.all_dirty();
-        let mine: Vec<_> = dirty
-            .iter()
-            .filter(|r| r.coordinator == node.me())
-            .collect();
+        let (objects, bytes, oldest_ms) = node.backlog();
         let c = &self.counts;
         Some(AdminResponse::json(
             200,
             serde_json::json!({
                 "enabled": true,
                 "node": node.me(),
-                "dirty_objects": mine.len(),
-                "dirty_bytes": mine.iter().map(|r| r.geometry.size).sum::<u64>(),
-                "oldest_age_ms": mine.first().map_or(0, |r| now.saturating_sub(r.acked_ms)),
+                "dirty_objects": objects,
+                "dirty_bytes": bytes,
+                "oldest_age_ms": oldest_ms,
                 "indexed_objects": dirty.len(),
                 "fragment_bytes": node.store.fragments.used(),
                 "fragment_ceiling_bytes": node.store.fragments.ceiling(),
