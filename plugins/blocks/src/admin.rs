@@ -60,36 +60,7 @@ impl BlocksAdmin {
     }
 
     fn stats(&self) -> AdminResponse {
-        let c = &self.cache;
-        let store = |s: &BlockStore, st: &StoreStats, disk: usize| {
-            let io = s.statistics();
-            let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-            wire::StoreStatsDoc {
-                dram_usage_bytes: s.memory().usage() as u64,
-                dram_capacity_bytes: s.memory().capacity() as u64,
-                disk_capacity_bytes: disk as u64,
-                disk_write_bytes: io.disk_write_bytes() as u64,
-                disk_read_bytes: io.disk_read_bytes() as u64,
-                hits: n(&st.hits),
-                misses: n(&st.misses),
-                inserted: n(&st.inserted),
-                admissions_rejected: n(&st.rejected),
-                dram_entries: s.memory().entries() as u64,
-                evictions: n(&st.events.evictions),
-                origin_bytes: n(&st.origin_bytes),
-                peer_bytes: n(&st.peer_bytes),
-            }
-        };
-        AdminResponse::doc(
-            200,
-            &wire::StatsDoc {
-                block_bytes: c.settings.block_bytes,
-                foreground_misses: c.foreground_misses.load(Ordering::Relaxed),
-                accesses_dropped: c.access.dropped(),
-                data: store(&c.data, &c.data_stats, c.settings.data.disk_bytes),
-                metadata: store(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
-            },
-        )
+        AdminResponse::doc(200, &stats(&self.cache))
     }
 
     async fn purge(&self, req: &AdminRequest) -> AdminResponse {
@@ -207,6 +178,38 @@ impl AdminHandler for BlocksAdmin {
             ),
             _ => return None,
         })
+    }
+}
+
+/// One store's counters.
+fn store_stats(s: &BlockStore, st: &StoreStats, disk: usize) -> wire::StoreStatsDoc {
+    let io = s.statistics();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    wire::StoreStatsDoc {
+        dram_usage_bytes: s.memory().usage() as u64,
+        dram_capacity_bytes: s.memory().capacity() as u64,
+        disk_capacity_bytes: disk as u64,
+        disk_write_bytes: io.disk_write_bytes() as u64,
+        disk_read_bytes: io.disk_read_bytes() as u64,
+        hits: n(&st.hits),
+        misses: n(&st.misses),
+        inserted: n(&st.inserted),
+        admissions_rejected: n(&st.rejected),
+        dram_entries: s.memory().entries() as u64,
+        evictions: n(&st.events.evictions),
+        origin_bytes: n(&st.origin_bytes),
+        peer_bytes: n(&st.peer_bytes),
+    }
+}
+
+/// What `GET /stats` answers (and the cache's metrics show).
+pub fn stats(c: &BlockCache) -> wire::StatsDoc {
+    wire::StatsDoc {
+        block_bytes: c.settings.block_bytes,
+        foreground_misses: c.foreground_misses.load(Ordering::Relaxed),
+        accesses_dropped: c.access.dropped(),
+        data: store_stats(&c.data, &c.data_stats, c.settings.data.disk_bytes),
+        metadata: store_stats(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod config;
 pub mod delete;
 mod fill;
 mod filter;
+mod gauges;
 pub mod hot;
 mod inflight;
 mod mapping;

@@ -85,6 +85,11 @@ impl Configured for BlocksConfig {
                     .ok_or("the cache runtime did not start")?;
                 let cache = rt.spawn(BlockCache::open(s)).await??;
                 tracing::info!("block cache opened");
+                match crate::gauges::CacheCollector::new(cache.clone()) {
+                    // Fails only when registered twice (tests open several caches).
+                    Ok(c) => drop(prometheus::register(Box::new(c))),
+                    Err(e) => tracing::warn!(error = %e, "block cache metrics not registered"),
+                }
                 Some(cache)
             }
         };
