@@ -163,6 +163,19 @@ def test_each_commit_is_warm_before_the_first_query(stack, relay):
         ctl.wait_warm(f"{NS}.events", t.current_snapshot().snapshot_id)
 
 
+def test_warm_progress_is_in_the_metrics_the_dashboard_reads(stack):
+    from test_dashboard import check, queries, scrape
+    w, ctl = stack["writer"], stack["ctl"]
+    t = w.create_table(f"{NS}.metered", schema=batch(0, 1).schema)
+    t.append(batch(0, 1000))
+    st = ctl.wait_warm(f"{NS}.metered", t.current_snapshot().snapshot_id)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}/metrics").read().decode()
+    done = f'floe_control_warm_objects{{state="done",table="{NS}.metered"}} {st["warm"]["done"]}'
+    assert done in text and st["warm"]["done"] > 0, text
+    assert f'floe_control_warm_bytes{{table="{NS}.metered"}} {st["warm"]["bytes"]}' in text
+    check(queries("floe-control"), scrape(f"http://127.0.0.1:{ctl.port}/metrics"))
+
+
 def duckdb_iceberg(rest_port, s3_port, sql, key=CLIENT[0], secret=CLIENT[1], writes=False):
     """DuckDB with its iceberg extension (offline, from the PyPI wheels), the REST catalog
     attached as `lake`, S3 reads through `s3_port`."""

@@ -20,15 +20,34 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "floe.json"
 ON_EVENT = {"floe_origin_failures_total": ["origin", "kind"]}
 
 
-def queries():
+def queries(binary="floe-proxy"):
+    """(panel title, query) of the panels on `binary`'s metrics (floe_control_* are
+    floe-control's, checked against its own scrape in test_control.py)."""
     panels = json.loads(DASHBOARD.read_text())["panels"]
     assert panels, "the dashboard has panels"
-    return [(p["title"], t["expr"]) for p in panels for t in p["targets"]]
+    out = [(p["title"], t["expr"]) for p in panels for t in p["targets"]]
+    control = [q for q in out if "floe_control_" in q[1]]
+    return control if binary == "floe-control" else [q for q in out if q not in control]
 
 
-def scrape(node):
-    """{metric name: label names} from a node's /metrics."""
-    text = urllib.request.urlopen(f"http://{node.host}:{node.mport}/metrics", timeout=5).read().decode()
+def check(queries_, exported):
+    """Every metric each query names is in `exported` ({name: labels}), with the labels the
+    query groups or selects by."""
+    for title, expr in queries_:
+        names = set(re.findall(r"\bfloe_[a-z0-9_]+", expr))
+        assert names, f"{title}: {expr} names no Floe metric"
+        for name in names:
+            assert name in exported, f"{title}: {name} is not exported"
+            grouped = re.findall(r"by \(([^)]*)\)", expr)
+            wanted = {g.strip() for gs in grouped for g in gs.split(",")} - {"le"}
+            selected = set(re.findall(r'([a-z_]+)=~?"', expr))
+            missing = (wanted | selected) - exported[name]
+            assert not missing, f"{title}: {name} has no label {sorted(missing)}"
+
+
+def scrape(url):
+    """{metric name: label names} from the Prometheus text at `url`."""
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
     found = {}
     for line in text.splitlines():
         m = re.match(r"^([a-z_0-9]+)(?:\{([^}]*)\})? ", line)
@@ -50,20 +69,11 @@ def test_every_panel_queries_metrics_and_labels_floe_exports(minio, direct, tmp_
             assert get(nd.port, "dash/staged.parquet").data == body
         exported = {}
         for nd in nodes:
-            for name, labels in scrape(nd).items():
+            for name, labels in scrape(f"http://{nd.host}:{nd.mport}/metrics").items():
                 exported.setdefault(name, set()).update(labels)
         for name, labels in ON_EVENT.items():
             exported.setdefault(name, set()).update(labels)
-        for title, expr in queries():
-            names = set(re.findall(r"\bfloe_[a-z0-9_]+", expr))
-            assert names, f"{title}: {expr} names no Floe metric"
-            for name in names:
-                assert name in exported, f"{title}: {name} is not exported"
-                grouped = re.findall(r"by \(([^)]*)\)", expr)
-                wanted = {g.strip() for gs in grouped for g in gs.split(",")} - {"le"}
-                selected = set(re.findall(r'([a-z_]+)=~?"', expr))
-                missing = (wanted | selected) - exported[name]
-                assert not missing, f"{title}: {name} has no label {sorted(missing)}"
+        check(queries(), exported)
     finally:
         for nd in nodes:
             nd.stop()

@@ -26,7 +26,68 @@ pub fn document(ctl: &Control) -> Value {
     })
 }
 
-/// Serves `GET /status` until shutdown. A one-route, read-only endpoint on a private address:
+/// The control plane's progress as Prometheus text (`GET /metrics`): per followed table, the
+/// objects to warm and warmed on its last commit, the bytes warmed and prefetched, the commits
+/// seen; and the file map's size. Built from the state at each scrape, in a registry of its
+/// own (label values escaped by the prometheus crate's encoder).
+pub fn metrics(ctl: &Control) -> String {
+    use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+    let reg = Registry::new();
+    let vec = |name: &str, help: &str, labels: &[&str]| {
+        let g = IntGaugeVec::new(Opts::new(name, help), labels).ok()?;
+        reg.register(Box::new(g.clone())).ok()?;
+        Some(g)
+    };
+    let objects = vec(
+        "floe_control_warm_objects",
+        "Objects to warm (total) and warmed (done) for the table's last commit",
+        &["table", "state"],
+    );
+    let bytes = vec(
+        "floe_control_warm_bytes",
+        "Bytes warmed for the table's last commit",
+        &["table"],
+    );
+    let prefetched = vec(
+        "floe_control_prefetched_bytes",
+        "Bytes prefetched after the table's last compaction",
+        &["table"],
+    );
+    let commits = vec(
+        "floe_control_commits",
+        "Commits of the table seen since start",
+        &["table"],
+    );
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    for (t, st) in ctl.tables() {
+        let w = &st.warm;
+        if let Some(g) = &objects {
+            g.with_label_values(&[t.as_str(), "total"]).set(n(w.total));
+            g.with_label_values(&[t.as_str(), "done"]).set(n(w.done));
+        }
+        for (g, v) in [
+            (&bytes, w.bytes),
+            (&prefetched, w.prefetched_bytes),
+            (&commits, st.commits),
+        ] {
+            if let Some(g) = g {
+                g.with_label_values(&[t.as_str()]).set(n(v));
+            }
+        }
+    }
+    if let Ok(g) = IntGauge::new(
+        "floe_control_mapped_files",
+        "Live data files in the file map",
+    ) {
+        g.set(n(ctl.files.len() as u64));
+        let _ = reg.register(Box::new(g));
+    }
+    let mut out = Vec::new();
+    let _ = TextEncoder::new().encode(&reg.gather(), &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Serves `GET /status` (and `GET /metrics`) until shutdown. A one-route, read-only endpoint on a private address:
 /// the request line is all it reads, so no HTTP framework is pulled in for it.
 pub async fn serve(ctl: Arc<Control>, h: Handle, listener: TcpListener, mut stop: Shutdown) {
     h.set(
@@ -49,13 +110,16 @@ pub async fn serve(ctl: Arc<Control>, h: Handle, listener: TcpListener, mut stop
             let mut buf = [0u8; 2048];
             let n = sock.read(&mut buf).await.unwrap_or(0);
             let head = String::from_utf8_lossy(&buf[..n]);
-            let (code, body) = if head.starts_with("GET /status ") {
-                ("200 OK", document(&ctl).to_string())
+            let (code, kind, body) = if head.starts_with("GET /status ") {
+                ("200 OK", "application/json", document(&ctl).to_string())
+            } else if head.starts_with("GET /metrics ") {
+                ("200 OK", "text/plain; version=0.0.4", metrics(&ctl))
             } else {
-                ("404 Not Found", "{\"error\":\"GET /status\"}".to_owned())
+                let e = "{\"error\":\"GET /status or /metrics\"}";
+                ("404 Not Found", "application/json", e.to_owned())
             };
             let resp = format!(
-                "HTTP/1.1 {code}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {code}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
             let _ = sock.write_all(resp.as_bytes()).await;
