@@ -96,6 +96,13 @@ pub struct Acked {
     pub record: Record,
 }
 
+/// Milliseconds since the epoch: the clock of `acked_ms` and of uploads' start times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A node's journal directory (its own records and the copies it keeps for other nodes).
 pub struct Journal {
     dir: PathBuf,

@@ -61,7 +61,7 @@ impl Upload {
             key: key.to_owned(),
             headers,
             parts: BTreeMap::new(),
-            started_ms: now_ms(),
+            started_ms: crate::journal::now_ms(),
         }
     }
 }
@@ -72,12 +72,6 @@ fn io_error(e: io::Error) -> S3Error {
         "The upload could not be recorded.",
     )
     .caused_by(e)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn no_such_upload() -> S3Error {
@@ -154,7 +148,7 @@ impl Uploads {
     pub fn adopt(&self, id: &str, mut up: Upload) {
         up.parts.clear();
         if up.started_ms == 0 {
-            up.started_ms = now_ms();
+            up.started_ms = crate::journal::now_ms();
         }
         if let Ok(mut u) = self.map.lock() {
             u.entry(id.to_owned()).or_insert(up);

@@ -228,7 +228,7 @@ impl Node {
     /// Indexes `r` unless a later write of its key is indexed (then `r` is retired); a write
     /// it displaces is retired. True when `r` was indexed.
     pub fn index(&self, r: Arc<Record>) -> bool {
-        let (r_bucket, r_key) = (r.bucket.clone(), r.key.clone());
+        let this = r.clone();
         let (kept, displaced) = {
             let Ok(mut d) = self.dirty.write() else {
                 return false;
@@ -249,7 +249,7 @@ impl Node {
             self.retire(old);
         }
         if kept {
-            self.forget_version(&r_bucket, &r_key);
+            self.forget_version(&this.bucket, &this.key);
         }
         kept
     }
@@ -310,9 +310,7 @@ impl Node {
     /// The writes this node coordinates that are not at the origin yet: how many, their bytes,
     /// and the oldest one's age in ms.
     pub fn backlog(&self) -> (usize, u64, u64) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = crate::journal::now_ms();
         let mine: Vec<_> = self
             .all_dirty()
             .into_iter()

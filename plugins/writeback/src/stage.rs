@@ -4,7 +4,6 @@
 //! is the write acknowledged (the types make that the only way: see [`crate::journal`]).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -65,12 +64,6 @@ fn internal(why: impl std::fmt::Display) -> S3Error {
     S3Error::new(S3ErrorCode::InternalError, why.to_string())
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Node {
     /// The order stamp of a new write of `bucket`/`key` (last acknowledged write wins): the
     /// wall clock, but always past the write of the key this node indexes. Every node indexes
@@ -78,7 +71,7 @@ impl Node {
     /// acknowledgment orders after it even when its coordinator's clock is behind (a hybrid
     /// logical clock, per key); concurrent writes order by stamp, then id, on every node.
     pub fn stamp(&self, bucket: &str, key: &str) -> u64 {
-        let now = now_ms();
+        let now = crate::journal::now_ms();
         self.dirty(bucket, key)
             .map_or(now, |r| now.max(r.acked_ms.saturating_add(1)))
     }
@@ -446,7 +439,7 @@ mod tests {
         );
         let fleet = Arc::new(crate::plugin::Alone(Arc::from("n")));
         let node = Node::new(Arc::new(store), fleet, Default::default());
-        let before = now_ms();
+        let before = crate::journal::now_ms();
         assert!(
             node.stamp("b", "k") >= before,
             "no write of the key: the wall clock"

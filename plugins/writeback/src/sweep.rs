@@ -59,10 +59,7 @@ impl Node {
     /// Aborts the uploads this node knows that started `older_than` ago: every node forgets
     /// them and their parts (wherever staged) are freed.
     async fn abort_stale_uploads(self: &Arc<Self>, older_than: Duration) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let before = now.saturating_sub(older_than.as_millis() as u64);
+        let before = crate::journal::now_ms().saturating_sub(older_than.as_millis() as u64);
         for id in self.uploads.started_before(before) {
             let Some(key) = self.uploads.get(&id).map(|u| u.key) else {
                 continue;
