@@ -45,6 +45,10 @@ export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
 tests/clients/build.sh   # the client matrix: AWS SDKs for Go and Java, s3fs, mc
 
 cargo build --bin floe-proxy --bin floe-control
-cargo test --workspace
+# A PostgreSQL server (Debian's package) for the scheduler queue's Rust tests; the Python
+# scheduler tests start their own.
+pg_dir="$(mktemp -d)"
+trap 'tests/postgres.sh stop "$pg_dir"' EXIT
+FLOE_TEST_PG_URL="$(tests/postgres.sh start "$pg_dir")" cargo test --workspace
 export PATH="$FLOE_CACHE/venv/bin:$PATH" MINIO_BIN="$FLOE_CACHE/bin/minio"
 "$PY" -m pytest -q tests "$@"

@@ -11,12 +11,15 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    /// The Iceberg REST catalog to follow.
-    pub catalog: CatalogSection,
+    /// The Iceberg REST catalog to follow. Absent: no catalog is followed (a scheduler-only
+    /// floe-control), and `nodes` may be empty.
+    #[serde(default)]
+    pub catalog: Option<CatalogSection>,
     /// Which namespaces and tables to follow. Default: every table of every top-level namespace.
     #[serde(default)]
     pub follow: Vec<FollowSection>,
     /// The Floe nodes' admin endpoints; the first one serves the control plane's reads.
+    #[serde(default)]
     pub nodes: Vec<NodeSection>,
     /// Warming budgets.
     #[serde(default)]
@@ -39,6 +42,9 @@ pub struct FileConfig {
     /// only, so public CAs work with no setting.
     #[serde(default)]
     pub tls: Option<TlsSection>,
+    /// The CloudEvents scheduler. Default: none.
+    #[serde(default)]
+    pub scheduler: Option<crate::sched::config::SchedSection>,
 }
 
 /// Extra trust for https URLs.
@@ -284,6 +290,10 @@ pub struct Settings {
     pub fleet_poll_ms: u64,
     /// PEM of extra trusted CAs (validated), if any.
     pub ca_pem: Option<Vec<u8>>,
+    /// Whether a catalog is followed (else only the status listener and scheduler run).
+    pub follows_catalog: bool,
+    /// The scheduler, when configured.
+    pub scheduler: Option<crate::sched::config::SchedSettings>,
 }
 
 /// Reads and validates a config file.

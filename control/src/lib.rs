@@ -16,6 +16,7 @@
 //! assert_eq!(s.poll.as_secs(), 5);
 //! ```
 
+pub mod api;
 pub mod config;
 pub mod error;
 pub mod expiry;
@@ -28,6 +29,7 @@ pub mod node;
 pub mod placement;
 pub mod prefetch;
 pub mod pull;
+pub mod sched;
 pub mod state;
 pub mod status;
 pub mod storage;
@@ -45,32 +47,41 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
     let (tx, rx) = mpsc::channel(64);
     let (ptx, prx) = mpsc::channel(64);
     let b = &ctl.board;
-    let tasks = vec![
-        worker::spawn(
-            b.handle("watcher"),
-            watcher::run(ctl.clone(), b.handle("watcher"), tx, stop.clone()),
-        ),
-        worker::spawn(
-            b.handle("warmer"),
-            warmer::run(ctl.clone(), b.handle("warmer"), rx, ptx, stop.clone()),
-        ),
-        worker::spawn(
-            b.handle("prefetcher"),
-            prefetch::run(ctl.clone(), b.handle("prefetcher"), prx, stop.clone()),
-        ),
-        worker::spawn(
-            b.handle("heat"),
-            pull::run(ctl.clone(), b.handle("heat"), stop.clone()),
-        ),
-        worker::spawn(
-            b.handle("fleet"),
-            fleet::run(ctl.clone(), b.handle("fleet"), stop.clone()),
-        ),
-        worker::spawn(
-            b.handle("status"),
-            status::serve(ctl.clone(), b.handle("status"), listener, stop.clone()),
-        ),
-    ];
+    let mut tasks = Vec::new();
+    // Before the watcher, so the first commits it sees reach the scheduler.
+    if let Some(s) = ctl.settings.scheduler.clone() {
+        let sched = sched::Scheduler::open(s).await?;
+        tasks.extend(sched.spawn(b, &stop));
+        let _ = ctl.sched.set(sched);
+    }
+    if ctl.settings.follows_catalog {
+        tasks.extend([
+            worker::spawn(
+                b.handle("watcher"),
+                watcher::run(ctl.clone(), b.handle("watcher"), tx, stop.clone()),
+            ),
+            worker::spawn(
+                b.handle("warmer"),
+                warmer::run(ctl.clone(), b.handle("warmer"), rx, ptx, stop.clone()),
+            ),
+            worker::spawn(
+                b.handle("prefetcher"),
+                prefetch::run(ctl.clone(), b.handle("prefetcher"), prx, stop.clone()),
+            ),
+            worker::spawn(
+                b.handle("heat"),
+                pull::run(ctl.clone(), b.handle("heat"), stop.clone()),
+            ),
+            worker::spawn(
+                b.handle("fleet"),
+                fleet::run(ctl.clone(), b.handle("fleet"), stop.clone()),
+            ),
+        ]);
+    }
+    tasks.push(worker::spawn(
+        b.handle("status"),
+        api::serve(ctl.clone(), b.handle("status"), listener, stop.clone()),
+    ));
     for t in tasks {
         t.await?;
     }

@@ -1,5 +1,7 @@
 //! `floe-control --config FILE` runs the control plane; `floe-control check FILE` validates a
-//! config; `floe-control status [ADDRESS]` prints what a running one is doing.
+//! config; `floe-control status [ADDRESS]` prints what a running one is doing; `floe-control
+//! runs [--deployment D] [ADDRESS]` lists the scheduler's runs; `floe-control dispatch D
+//! [ADDRESS]` starts one run of deployment D by hand. ADDRESS defaults to 127.0.0.1:9102.
 
 use std::path::PathBuf;
 
@@ -27,10 +29,76 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("{file}: ok");
             Ok(())
         }
-        ["status"] => status("127.0.0.1:9102").await,
+        ["status"] => status(DEFAULT_ADDR).await,
         ["status", addr] => status(addr).await,
-        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS]"),
+        ["runs"] => runs(DEFAULT_ADDR, None).await,
+        ["runs", "--deployment", d] => runs(DEFAULT_ADDR, Some(d)).await,
+        ["runs", "--deployment", d, addr] => runs(addr, Some(d)).await,
+        ["runs", addr] => runs(addr, None).await,
+        ["dispatch", d] => dispatch(DEFAULT_ADDR, d).await,
+        ["dispatch", d, addr] => dispatch(addr, d).await,
+        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS]"),
     }
+}
+
+const DEFAULT_ADDR: &str = "127.0.0.1:9102";
+
+/// Sends one request to a running floe-control; its status and JSON answer.
+async fn call(
+    addr: &str,
+    method: reqwest::Method,
+    path: &str,
+) -> anyhow::Result<(u16, serde_json::Value)> {
+    let url = format!("http://{addr}{path}");
+    let r = reqwest::Client::new()
+        .request(method, &url)
+        .send()
+        .await
+        .with_context(|| format!("no floe-control listening at {addr}"))?;
+    let code = r.status().as_u16();
+    let doc = r
+        .json()
+        .await
+        .with_context(|| format!("{url}: the answer is not JSON"))?;
+    Ok((code, doc))
+}
+
+/// Lists runs, newest first (stdout is the command's output here).
+#[allow(clippy::print_stdout)]
+async fn runs(addr: &str, deployment: Option<&str>) -> anyhow::Result<()> {
+    let q = deployment.map(|d| {
+        format!(
+            "?deployment={}",
+            url::form_urlencoded::byte_serialize(d.as_bytes()).collect::<String>()
+        )
+    });
+    let (code, doc) = call(
+        addr,
+        reqwest::Method::GET,
+        &format!("/runs{}", q.unwrap_or_default()),
+    )
+    .await?;
+    if code != 200 {
+        bail!("{addr}: {code} {}", doc["error"]);
+    }
+    if std::env::args().any(|a| a == "--json") {
+        println!("{doc}");
+    } else {
+        print!("{}", floe_control::status::render_runs(&doc));
+    }
+    Ok(())
+}
+
+/// Starts one run by hand and prints its job id.
+#[allow(clippy::print_stdout)]
+async fn dispatch(addr: &str, deployment: &str) -> anyhow::Result<()> {
+    let path = format!("/deployments/{deployment}/dispatch");
+    let (code, doc) = call(addr, reqwest::Method::POST, &path).await?;
+    if code != 202 {
+        bail!("{addr}: {code} {}", doc["error"]);
+    }
+    println!("{}", doc["job"].as_str().unwrap_or_default());
+    Ok(())
 }
 
 async fn run(file: PathBuf) -> anyhow::Result<()> {

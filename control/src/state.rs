@@ -97,6 +97,8 @@ pub struct Control {
     pub board: Board,
     /// Which nodes get each warm.
     pub placement: Box<dyn Placement>,
+    /// The scheduler, once started (the watcher hands it each commit's event).
+    pub sched: std::sync::OnceLock<Arc<crate::sched::Scheduler>>,
 }
 
 impl Control {
@@ -122,6 +124,7 @@ impl Control {
             rate,
             board: Board::default(),
             placement: Box::new(EveryNode),
+            sched: std::sync::OnceLock::new(),
         })
     }
 

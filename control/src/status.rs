@@ -1,13 +1,8 @@
 //! The status endpoint (`GET /status`, JSON) and the `floe-control status` printer.
 
-use std::sync::Arc;
-
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use crate::state::Control;
-use crate::worker::{Activity, Handle, Shutdown};
 
 /// The status document.
 pub fn document(ctl: &Control) -> Value {
@@ -87,46 +82,6 @@ pub fn metrics(ctl: &Control) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// Serves `GET /status` (and `GET /metrics`) until shutdown. A one-route, read-only endpoint on a private address:
-/// the request line is all it reads, so no HTTP framework is pulled in for it.
-pub async fn serve(ctl: Arc<Control>, h: Handle, listener: TcpListener, mut stop: Shutdown) {
-    h.set(
-        Activity::Idle,
-        listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default(),
-    );
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let Ok((mut sock, _)) = accepted else {
-            continue;
-        };
-        let ctl = ctl.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n = sock.read(&mut buf).await.unwrap_or(0);
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let (code, kind, body) = if head.starts_with("GET /status ") {
-                ("200 OK", "application/json", document(&ctl).to_string())
-            } else if head.starts_with("GET /metrics ") {
-                ("200 OK", "text/plain; version=0.0.4", metrics(&ctl))
-            } else {
-                let e = "{\"error\":\"GET /status or /metrics\"}";
-                ("404 Not Found", "application/json", e.to_owned())
-            };
-            let resp = format!(
-                "HTTP/1.1 {code}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-        });
-    }
-}
-
 /// Renders the status document for a terminal.
 pub fn render(doc: &Value) -> String {
     let mut out = String::from("TABLES\n");
@@ -176,6 +131,76 @@ pub fn render(doc: &Value) -> String {
                 r["column"].as_str().unwrap_or("")
             );
         }
+    }
+    if let Some(s) = doc.get("scheduler") {
+        out += &render_scheduler(s);
+    }
+    out
+}
+
+/// The scheduler's part of `status`: deployments and next fires, queue depth, runs under way.
+fn render_scheduler(s: &Value) -> String {
+    let q = &s["queue"];
+    let mut out = format!(
+        "SCHEDULER ({})  queue: {} ready, {} running, {} done, {} failed\n",
+        s["store"].as_str().unwrap_or(""),
+        q["ready"],
+        q["running"],
+        q["done"],
+        q["failed"]
+    );
+    for d in s["deployments"].as_array().into_iter().flatten() {
+        let next: Vec<&str> = d["next_fires"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        out += &format!(
+            "  {:<20} triggers {}  next {}\n",
+            d["name"].as_str().unwrap_or(""),
+            d["triggers"],
+            if next.is_empty() {
+                "-".to_owned()
+            } else {
+                next.join(", ")
+            }
+        );
+    }
+    for r in s["running"].as_array().into_iter().flatten() {
+        out += &format!(
+            "  running {}  attempt {}  generation {}\n",
+            r["job"].as_str().unwrap_or(""),
+            r["attempt"],
+            r["generation"]
+        );
+    }
+    out
+}
+
+/// Renders `GET /runs` for a terminal: one line per run.
+pub fn render_runs(doc: &Value) -> String {
+    let mut out =
+        String::from("DEPLOYMENT           TRIGGER  ATTEMPT GEN  RESULT   EXIT  MS      JOB\n");
+    for r in doc.as_array().into_iter().flatten() {
+        let ms = match (r["ended_ms"].as_i64(), r["started_ms"].as_i64()) {
+            (Some(e), Some(s)) => (e - s).to_string(),
+            _ => "-".into(),
+        };
+        out += &format!(
+            "{:<20} {:<8} {:<7} {:<4} {:<8} {:<5} {:<7} {}\n",
+            r["deployment"].as_str().unwrap_or(""),
+            r["trigger"].as_str().unwrap_or(""),
+            r["attempt"],
+            r["generation"],
+            r["result"].as_str().unwrap_or("running"),
+            r["exit_code"]
+                .as_i64()
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into()),
+            ms,
+            r["job_id"].as_str().unwrap_or(""),
+        );
     }
     out
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use floe_core::config::ConfigCx as Cx;
 
-use crate::config::{ConfigError, FileConfig, Node, Settings};
+use crate::config::{CatalogSection, ConfigError, FileConfig, Node, Settings};
 
 /// An http(s) URL without its trailing slash.
 fn url(cx: &Cx<'_>, key: &str, v: &str) -> Result<String, ConfigError> {
@@ -13,6 +13,44 @@ fn url(cx: &Cx<'_>, key: &str, v: &str) -> Result<String, ConfigError> {
         return Err(cx.err(key, format!("{v:?}: scheme must be http or https")));
     }
     Ok(v.trim_end_matches('/').to_owned())
+}
+
+/// The catalog client's properties and the poll interval.
+fn catalog(cx: &Cx<'_>, c: &CatalogSection) -> Result<(Vec<(String, String)>, u64), ConfigError> {
+    let mut props = vec![("uri".to_owned(), url(cx, "catalog.uri", &c.uri)?)];
+    if let Some(w) = &c.warehouse {
+        props.push(("warehouse".into(), w.clone()));
+    }
+    let auth = [c.token.is_some(), c.token_env.is_some(), c.oauth2.is_some()];
+    if auth.iter().filter(|x| **x).count() > 1 {
+        return Err(cx.err("catalog", "give at most one of token, token_env, oauth2"));
+    }
+    if let Some(t) = &c.token {
+        props.push(("token".into(), t.clone()));
+    }
+    if let Some(v) = &c.token_env {
+        props.push(("token".into(), cx.secret_env("catalog.token_env", v)?));
+    }
+    if let Some(o) = &c.oauth2 {
+        let secret = cx.secret_env("catalog.oauth2.client_secret_env", &o.client_secret_env)?;
+        props.push(("credential".into(), format!("{}:{secret}", o.client_id)));
+        if let Some(u) = &o.server_uri {
+            props.push((
+                "oauth2-server-uri".into(),
+                url(cx, "catalog.oauth2.server_uri", u)?,
+            ));
+        }
+        if let Some(s) = &o.scope {
+            props.push(("scope".into(), s.clone()));
+        }
+    }
+    if !(100..=3_600_000).contains(&c.poll_interval_ms) {
+        return Err(cx.err(
+            "catalog.poll_interval_ms",
+            "must be between 100 and 3600000",
+        ));
+    }
+    Ok((props, c.poll_interval_ms))
 }
 
 /// Parses and validates config text (the contents of `file`); `env` resolves environment
@@ -25,43 +63,13 @@ pub fn parse(
     let cx = Cx { file, env };
     let c: FileConfig =
         serde_saphyr::from_str(text).map_err(|e| cx.err("(yaml)", e.to_string()))?;
-    let mut props = vec![("uri".to_owned(), url(&cx, "catalog.uri", &c.catalog.uri)?)];
-    if let Some(w) = &c.catalog.warehouse {
-        props.push(("warehouse".into(), w.clone()));
-    }
-    let auth = [
-        c.catalog.token.is_some(),
-        c.catalog.token_env.is_some(),
-        c.catalog.oauth2.is_some(),
-    ];
-    if auth.iter().filter(|x| **x).count() > 1 {
-        return Err(cx.err("catalog", "give at most one of token, token_env, oauth2"));
-    }
-    if let Some(t) = &c.catalog.token {
-        props.push(("token".into(), t.clone()));
-    }
-    if let Some(v) = &c.catalog.token_env {
-        props.push(("token".into(), cx.secret_env("catalog.token_env", v)?));
-    }
-    if let Some(o) = &c.catalog.oauth2 {
-        let secret = cx.secret_env("catalog.oauth2.client_secret_env", &o.client_secret_env)?;
-        props.push(("credential".into(), format!("{}:{secret}", o.client_id)));
-        if let Some(u) = &o.server_uri {
-            props.push((
-                "oauth2-server-uri".into(),
-                url(&cx, "catalog.oauth2.server_uri", u)?,
-            ));
+    let (props, poll) = match &c.catalog {
+        Some(cat) => catalog(&cx, cat)?,
+        None if c.scheduler.is_none() => {
+            return Err(cx.err("catalog", "give a catalog to follow, a scheduler, or both"))
         }
-        if let Some(s) = &o.scope {
-            props.push(("scope".into(), s.clone()));
-        }
-    }
-    if !(100..=3_600_000).contains(&c.catalog.poll_interval_ms) {
-        return Err(cx.err(
-            "catalog.poll_interval_ms",
-            "must be between 100 and 3600000",
-        ));
-    }
+        None => (Vec::new(), 5000),
+    };
     let mut follow = Vec::new();
     for (i, f) in c.follow.iter().enumerate() {
         let ns: Vec<String> = f.namespace.split('.').map(str::to_owned).collect();
@@ -70,7 +78,7 @@ pub fn parse(
         }
         follow.push((ns, f.tables.clone()));
     }
-    if c.nodes.is_empty() {
+    if c.catalog.is_some() && c.nodes.is_empty() {
         return Err(cx.err("nodes", "list at least one Floe node's admin endpoint"));
     }
     let mut nodes = Vec::new();
@@ -115,7 +123,12 @@ pub fn parse(
     Ok(Settings {
         ca_pem,
         catalog_props: props,
-        poll: Duration::from_millis(c.catalog.poll_interval_ms),
+        poll: Duration::from_millis(poll),
+        follows_catalog: c.catalog.is_some(),
+        scheduler: match &c.scheduler {
+            Some(sc) => Some(crate::sched::config::validate(&cx, sc)?),
+            None => None,
+        },
         follow,
         nodes,
         warm: c.warm,

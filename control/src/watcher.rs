@@ -95,12 +95,53 @@ async fn poll(
             t.commits += 1;
             t.warm.phase = WarmPhase::Pending;
         });
+        if let (Some(s), Some(snap)) = (ctl.sched.get(), table.metadata().current_snapshot()) {
+            emit(ctl, s, &name, &location, snap).await;
+        }
         seen.insert(name.clone(), location);
         if tx.send(Commit { name, table }).await.is_err() {
             break;
         }
     }
     Ok(())
+}
+
+/// Hands the scheduler `org.apache.iceberg.snapshot.committed` for a commit (source: the
+/// catalog; subject: the table; id: table@snapshot, so seeing it again after a restart is the
+/// same event). A failure to persist it is logged; the next commit is unaffected.
+async fn emit(
+    ctl: &Control,
+    s: &crate::sched::Scheduler,
+    table: &str,
+    location: &str,
+    snap: &iceberg::spec::Snapshot,
+) {
+    let summary = snap.summary();
+    let data = serde_json::json!({
+        "table": table,
+        "snapshot_id": snap.snapshot_id(),
+        "parent_snapshot_id": snap.parent_snapshot_id(),
+        "operation": format!("{:?}", summary.operation).to_lowercase(),
+        "summary": summary.additional_properties,
+        "metadata_location": location,
+        "timestamp_ms": snap.timestamp_ms(),
+    });
+    let catalog = ctl
+        .settings
+        .catalog_props
+        .first()
+        .map(|p| p.1.as_str())
+        .unwrap_or("");
+    let r = crate::sched::event::commit(catalog, table, snap.snapshot_id(), data)
+        .map_err(crate::sched::queue::QueueError);
+    match r {
+        Ok(e) => {
+            if let Err(e) = s.submit(&e, "event").await {
+                tracing::warn!(table, error = %e, "commit event not persisted");
+            }
+        }
+        Err(e) => tracing::warn!(table, error = %e, "commit event not built"),
+    }
 }
 
 /// Runs the watcher until shutdown.

@@ -1,0 +1,107 @@
+//! floe-control's HTTP listener (hyper, HTTP/1.1): `GET /status` and `GET /metrics` for
+//! operators, and with a scheduler configured its routes (see [`crate::sched::http`]):
+//! `POST /events` (CloudEvents, structured or binary mode), `/hooks/<path>` (webhooks),
+//! `POST /deployments/<name>/dispatch`, `GET /runs`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::state::Control;
+use crate::status::{document, metrics};
+use crate::worker::{Activity, Handle, Shutdown};
+
+/// Largest request body taken (an event, a webhook): the queue stores bounded events.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// A response: status, content type, body.
+pub type Reply = (StatusCode, &'static str, String);
+
+/// A JSON reply.
+pub fn json_reply(code: StatusCode, v: &Value) -> Reply {
+    (code, "application/json", v.to_string())
+}
+
+/// A JSON error reply.
+pub fn error(code: StatusCode, msg: impl std::fmt::Display) -> Reply {
+    json_reply(code, &json!({"error": msg.to_string()}))
+}
+
+async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    match (&parts.method, path.as_str()) {
+        (&hyper::Method::GET, "/status") => {
+            let mut doc = document(&ctl);
+            if let Some(s) = ctl.sched.get() {
+                doc["scheduler"] = s.status().await;
+            }
+            json_reply(StatusCode::OK, &doc)
+        }
+        (&hyper::Method::GET, "/metrics") => {
+            let mut text = metrics(&ctl);
+            if let Some(s) = ctl.sched.get() {
+                text += &crate::sched::http::metrics(s).await;
+            }
+            (StatusCode::OK, "text/plain; version=0.0.4", text)
+        }
+        _ => {
+            let Some(s) = ctl.sched.get() else {
+                return error(StatusCode::NOT_FOUND, "GET /status or /metrics");
+            };
+            let body = match Limited::new(body, MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("body over {MAX_BODY} bytes"),
+                    );
+                }
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            crate::sched::http::route(s, &parts, body).await
+        }
+    }
+}
+
+/// Serves the listener until shutdown.
+pub async fn serve(ctl: Arc<Control>, h: Handle, listener: TcpListener, mut stop: Shutdown) {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    h.set(Activity::Idle, addr);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((sock, _)) = accepted else { continue };
+        let ctl = ctl.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let ctl = ctl.clone();
+                async move {
+                    let (code, kind, body) = route(ctl, req).await;
+                    let mut r = Response::new(Full::new(Bytes::from(body)));
+                    *r.status_mut() = code;
+                    r.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static(kind),
+                    );
+                    Ok::<_, Infallible>(r)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(sock), svc)
+                .await;
+        });
+    }
+}
