@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -320,6 +321,42 @@ def test_oauth2_client_credentials(stack, tmp_path):
     finally:
         c.stop()
     assert ("POST", "/v1/oauth/tokens") in rr.lines[mark:], rr.lines[mark:mark + 5]
+
+
+def test_a_commit_starts_the_subscribed_worker_within_the_poll_interval_and_a_second(stack, tmp_path):
+    """The watcher emits org.apache.iceberg.snapshot.committed for each commit it sees; the
+    scheduler runs the deployment subscribed to that table with the snapshot in its event."""
+    out = tmp_path / "out.jsonl"
+    worker = pathlib.Path(__file__).parent / "sched_worker.py"
+    sched = {"store": f"sqlite://{tmp_path}/sched.db", "deployments": [{
+        "name": "on-commit", "code": {"command": sys.executable, "args": [str(worker)]},
+        "env": {"OUT": str(out)},
+        "triggers": [{"event": {"type": "org.apache.iceberg.snapshot.committed",
+                                "subject": f"{NS}.committed"}}]}]}
+    c = Control(tmp_path, stack["rest_port"], stack["floe"].admin_port,
+                extra="scheduler: " + json.dumps(sched))
+    try:
+        t = stack["writer"].create_table(f"{NS}.committed", schema=batch(0, 1).schema)
+        t.append(batch(0, 100))
+        committed = time.time()
+        snap = t.current_snapshot().snapshot_id
+        deadline = time.monotonic() + 30
+        while not any(x["kind"] == "start" for x in read_lines(out)) and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling the worker's output, not synchronising on time
+        starts = [x for x in read_lines(out) if x["kind"] == "start"]
+    finally:
+        c.stop()
+    assert len(starts) == 1, starts
+    e = starts[0]["event"]
+    assert e["type"] == "org.apache.iceberg.snapshot.committed" and e["subject"] == f"{NS}.committed"
+    assert e["data"]["snapshot_id"] == snap and e["data"]["operation"] == "append"
+    assert e["data"]["summary"]["added-records"] == "100"
+    poll = 0.2  # CONTROL_YAML's poll_interval_ms
+    assert starts[0]["t"] - committed <= poll + 1.0, f"worker started {starts[0]['t'] - committed:.2f} s after the commit"
+
+
+def read_lines(p):
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
 
 def test_status_cli_prints_tables_workers_and_heat(stack):

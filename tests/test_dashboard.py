@@ -21,13 +21,16 @@ ON_EVENT = {"floe_origin_failures_total": ["origin", "kind"]}
 
 
 def queries(binary="floe-proxy"):
-    """(panel title, query) of the panels on `binary`'s metrics (floe_control_* are
-    floe-control's, checked against its own scrape in test_control.py)."""
+    """(panel title, query) of the panels on `binary`'s metrics: floe_control_* are
+    floe-control's, checked against its own scrape in test_control.py; floe_sched_* its
+    scheduler's ("scheduler", checked in test_scheduler.py); the rest the proxy's."""
     panels = json.loads(DASHBOARD.read_text())["panels"]
     assert panels, "the dashboard has panels"
     out = [(p["title"], t["expr"]) for p in panels for t in p["targets"]]
-    control = [q for q in out if "floe_control_" in q[1]]
-    return control if binary == "floe-control" else [q for q in out if q not in control]
+    prefix = {"floe-control": "floe_control_", "scheduler": "floe_sched_"}
+    if binary in prefix:
+        return [q for q in out if prefix[binary] in q[1]]
+    return [q for q in out if not any(p in q[1] for p in prefix.values())]
 
 
 def check(queries_, exported):

@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import TARGET, Proc, free_port
+from test_dashboard import check, queries, scrape
 
 CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
 HERE = pathlib.Path(__file__).parent
@@ -296,6 +297,8 @@ def test_a_failing_worker_is_retried_with_backoff_and_its_output_kept_in_the_run
             assert s.call("POST", f"/deployments/{d}/dispatch")[0] == 202
         runs = s.wait(lambda r: len([x for x in r if x["ended_ms"]]) == 5, "five runs to end")
         text = urllib.request.urlopen(f"http://127.0.0.1:{s.port}/metrics").read().decode()
+        # The dashboard's scheduler panels query metrics and labels this scrape has.
+        check(queries("scheduler"), scrape(f"http://127.0.0.1:{s.port}/metrics"))
     finally:
         s.stop()
     by = lambda d: sorted((r["attempt"], r["result"], r["exit_code"]) for r in runs if r["deployment"] == d)
