@@ -323,20 +323,21 @@ def test_oauth2_client_credentials(stack, tmp_path):
     assert ("POST", "/v1/oauth/tokens") in rr.lines[mark:], rr.lines[mark:mark + 5]
 
 
-def test_a_commit_starts_the_subscribed_worker_within_the_poll_interval_and_a_second(stack, tmp_path):
+def test_a_commit_starts_the_subscribed_worker_within_the_poll_interval_and_a_second(stack, tmp_path, store):
     """The watcher emits org.apache.iceberg.snapshot.committed for each commit it sees; the
     scheduler runs the deployment subscribed to that table with the snapshot in its event."""
     out = tmp_path / "out.jsonl"
     worker = pathlib.Path(__file__).parent / "sched_worker.py"
-    sched = {"store": f"sqlite://{tmp_path}/sched.db", "deployments": [{
+    table = f"committed_{store.split(':')[0]}"
+    sched = {"store": store, "deployments": [{
         "name": "on-commit", "code": {"command": sys.executable, "args": [str(worker)]},
         "env": {"OUT": str(out)},
         "triggers": [{"event": {"type": "org.apache.iceberg.snapshot.committed",
-                                "subject": f"{NS}.committed"}}]}]}
+                                "subject": f"{NS}.{table}"}}]}]}
     c = Control(tmp_path, stack["rest_port"], stack["floe"].admin_port,
                 extra="scheduler: " + json.dumps(sched))
     try:
-        t = stack["writer"].create_table(f"{NS}.committed", schema=batch(0, 1).schema)
+        t = stack["writer"].create_table(f"{NS}.{table}", schema=batch(0, 1).schema)
         t.append(batch(0, 100))
         committed = time.time()
         snap = t.current_snapshot().snapshot_id
@@ -348,7 +349,7 @@ def test_a_commit_starts_the_subscribed_worker_within_the_poll_interval_and_a_se
         c.stop()
     assert len(starts) == 1, starts
     e = starts[0]["event"]
-    assert e["type"] == "org.apache.iceberg.snapshot.committed" and e["subject"] == f"{NS}.committed"
+    assert e["type"] == "org.apache.iceberg.snapshot.committed" and e["subject"] == f"{NS}.{table}"
     assert e["data"]["snapshot_id"] == snap and e["data"]["operation"] == "append"
     assert e["data"]["summary"]["added-records"] == "100"
     poll = 0.2  # CONTROL_YAML's poll_interval_ms

@@ -26,31 +26,6 @@ HERE = pathlib.Path(__file__).parent
 WORKER = HERE / "sched_worker.py"
 
 
-@pytest.fixture(scope="session")
-def postgres(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pg")
-    url = subprocess.run([HERE / "postgres.sh", "start", d], check=True, capture_output=True,
-                         text=True).stdout.strip()
-    yield url
-    subprocess.run([HERE / "postgres.sh", "stop", d], check=False)
-
-
-_DBS = iter(range(1, 1 << 30))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    """A fresh, empty queue store of each kind."""
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/sched.db"
-    base = request.getfixturevalue("postgres")
-    name = f"sched_{os.getpid()}_{next(_DBS)}"
-    bindir = sorted(pathlib.Path("/usr/lib/postgresql").glob("*/bin"))[-1]
-    host, port = base.split("@")[1].split("/")[0].split(":")
-    subprocess.run([bindir / "createdb", "-h", host, "-p", port, "-U", "floe", name], check=True)
-    return base.rsplit("/", 1)[0] + "/" + name
-
-
 def deployment(name, out, triggers, sleep=0, retries=2, extra_env=None, **kw):
     env = {"OUT": str(out), "SLEEP": str(sleep), **(extra_env or {})}
     d = {"name": name, "code": {"command": sys.executable, "args": [str(WORKER)]},

@@ -125,20 +125,32 @@ impl Scheduler {
         Ok(n)
     }
 
+    /// Persists one dispatch in its own span; counts it and wakes the dispatcher when new.
+    async fn put(&self, j: &NewJob) -> Result<(), QueueError> {
+        let span = tracing::info_span!("sched.dispatch", deployment = %j.deployment, trigger = %j.trigger, job = %j.id);
+        let new = self
+            .queue
+            .enqueue(std::slice::from_ref(j))
+            .instrument(span.clone())
+            .await?
+            > 0;
+        span.in_scope(|| tracing::info!(new, "event persisted"));
+        if new {
+            let labels = [j.deployment.as_str(), j.trigger.as_str()];
+            self.metrics.dispatched.with_label_values(&labels).inc();
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
     /// An event for every deployment subscribed to it; the job ids, new or not.
     pub async fn submit(&self, e: &Event, kind: &str) -> Result<Vec<String>, QueueError> {
         let now = now_ms();
         let mut ids = Vec::new();
         for d in event::subscribers(&self.settings.deployments, e) {
             let j = self.job(d, kind, e, now)?;
-            ids.push(j.id.clone());
-            if self.queue.enqueue(std::slice::from_ref(&j)).await? > 0 {
-                self.metrics
-                    .dispatched
-                    .with_label_values(&[d.name.as_str(), kind])
-                    .inc();
-                self.wake.notify_one();
-            }
+            self.put(&j).await?;
+            ids.push(j.id);
         }
         Ok(ids)
     }
@@ -151,13 +163,7 @@ impl Scheduler {
         e: &Event,
     ) -> Result<String, QueueError> {
         let j = self.job(d, kind, e, now_ms())?;
-        if self.queue.enqueue(std::slice::from_ref(&j)).await? > 0 {
-            self.metrics
-                .dispatched
-                .with_label_values(&[d.name.as_str(), kind])
-                .inc();
-            self.wake.notify_one();
-        }
+        self.put(&j).await?;
         Ok(j.id)
     }
 
@@ -232,7 +238,14 @@ impl Scheduler {
                 lh.set(Activity::Working, "listening for other instances");
                 let mut s3 = s3;
                 tokio::select! {
-                    r = l.queue.listen(l.wake.clone()) => if let Err(e) = r { lh.error(e.to_string()) },
+                    r = l.queue.listen(l.wake.clone()) => match r {
+                        // SQLite: one instance per store, nothing to listen for.
+                        Ok(()) => {
+                            lh.set(Activity::Idle, "one instance (SQLite)");
+                            let _ = s3.changed().await;
+                        }
+                        Err(e) => lh.error(e.to_string()),
+                    },
                     _ = s3.changed() => {}
                 }
             }),
@@ -343,11 +356,12 @@ impl Scheduler {
         let _g = span.enter();
         match self.queue.finish(&l, &o, retry).await {
             Ok(Finished::Accepted) => {
-                if o.result != "ok" && l.attempt < l.max_attempts {
+                if let (true, Some(at)) = (l.attempt < l.max_attempts, retry) {
                     self.metrics
                         .retries
                         .with_label_values(&[d.name.as_str()])
                         .inc();
+                    tracing::info!(retry_at = %cron::Schedule::rfc3339(at), "run will be retried");
                 }
                 tracing::info!(result = o.result, exit_code = ?o.exit_code, "run ended");
             }
