@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import TARGET, Proc, free_port
+from fleet import wait_until
 from test_dashboard import check, queries, scrape
 
 CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
@@ -74,15 +75,12 @@ class Sched:
         return doc
 
     def wait(self, cond, what, timeout=60):
-        """Polls the run records until `cond(runs)` holds."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            runs = self.runs()
-            if cond(runs):
-                return runs
-            time.sleep(0.05)  # polling a state, not synchronising on time
-        raise AssertionError(f"timed out waiting for {what}: {json.dumps(self.runs())[:3000]}\n"
-                             + self.log.read_text(errors="replace")[-3000:])
+        """Polls the run records until `cond(runs)` holds; returns them."""
+        try:
+            return wait_until(what, lambda: (lambda r: cond(r) and (r,))(self.runs()), timeout)[0]
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {json.dumps(self.runs())[:3000]}\n"
+                                 + self.log.read_text(errors="replace")[-3000:]) from None
 
 
 def lines(out):
