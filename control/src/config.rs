@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// A whole floe-control config file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// The Iceberg REST catalog to follow. Absent: no catalog is followed (a scheduler-only
@@ -48,7 +48,7 @@ pub struct FileConfig {
 }
 
 /// Extra trust for https URLs.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
     /// PEM file of CA certificates trusted besides the default roots (a private CA, or a
@@ -58,7 +58,7 @@ pub struct TlsSection {
 
 /// The catalog: REST URI, optional warehouse, and auth (a bearer token or OAuth2 client
 /// credentials, or neither).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogSection {
     /// Base URI, e.g. `http://127.0.0.1:8181`.
@@ -82,7 +82,7 @@ pub struct CatalogSection {
 }
 
 /// OAuth2 client-credentials flow against the catalog's token endpoint.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OAuth2Section {
     /// Client id.
@@ -98,7 +98,7 @@ pub struct OAuth2Section {
 }
 
 /// One followed namespace.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FollowSection {
     /// Namespace, dotted for nesting (`a.b`).
@@ -109,7 +109,7 @@ pub struct FollowSection {
 }
 
 /// One Floe node's admin API.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
     /// Admin base URL, e.g. `http://127.0.0.1:9101`.
@@ -123,7 +123,7 @@ pub struct NodeSection {
 }
 
 /// Warming budgets.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WarmSection {
     /// Objects warmed at once. Default 8: enough to hide a 30 ms origin round trip behind the
@@ -144,7 +144,7 @@ pub struct WarmSection {
 }
 
 /// Prefetch after compaction.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrefetchSection {
     /// Default on.
@@ -168,7 +168,7 @@ pub struct PrefetchSection {
 }
 
 /// The heat ledger.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeatSection {
     /// Where the ledger persists. Default `.floe-control/heat.json`.
@@ -294,6 +294,14 @@ pub struct Settings {
     pub follows_catalog: bool,
     /// The scheduler, when configured.
     pub scheduler: Option<crate::sched::config::SchedSettings>,
+}
+
+/// The config file's JSON Schema (generated from [`FileConfig`]; `conf/floe-control.schema.json`
+/// holds it for editors).
+pub fn schema() -> String {
+    let mut s = schemars::schema_for!(FileConfig);
+    s.insert("title".into(), "floe-control config".into());
+    serde_json::to_string_pretty(&s).unwrap_or_default() + "\n"
 }
 
 /// Reads and validates a config file.

@@ -1,7 +1,8 @@
 //! `floe-control --config FILE` runs the control plane; `floe-control check FILE` validates a
 //! config; `floe-control status [ADDRESS]` prints what a running one is doing; `floe-control
 //! runs [--deployment D] [ADDRESS]` lists the scheduler's runs; `floe-control dispatch D
-//! [ADDRESS]` starts one run of deployment D by hand. ADDRESS defaults to 127.0.0.1:9102.
+//! [ADDRESS]` starts one run of deployment D by hand; `floe-control schema` prints the config's
+//! JSON Schema. ADDRESS defaults to 127.0.0.1:9102.
 
 use std::path::PathBuf;
 
@@ -29,6 +30,10 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("{file}: ok");
             Ok(())
         }
+        ["schema"] => {
+            print_schema();
+            Ok(())
+        }
         ["status"] => status(DEFAULT_ADDR).await,
         ["status", addr] => status(addr).await,
         ["runs"] => runs(DEFAULT_ADDR, None).await,
@@ -37,8 +42,14 @@ async fn main() -> anyhow::Result<()> {
         ["runs", addr] => runs(addr, None).await,
         ["dispatch", d] => dispatch(DEFAULT_ADDR, d).await,
         ["dispatch", d, addr] => dispatch(addr, d).await,
-        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS]"),
+        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | schema"),
     }
+}
+
+/// Prints the config file's JSON Schema (conf/floe-control.schema.json).
+#[allow(clippy::print_stdout)]
+fn print_schema() {
+    print!("{}", floe_control::config::schema());
 }
 
 const DEFAULT_ADDR: &str = "127.0.0.1:9102";

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 /// A whole floe-proxy config file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Listeners and process-wide settings.
@@ -21,16 +21,19 @@ pub struct FileConfig {
     /// the blocks plugin (floe-blocks config.rs documents its keys).
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    #[schemars(with = "Option<floe_blocks::config::CacheSection>")]
     pub cache: Option<serde::de::IgnoredAny>,
     /// The fleet; without it this node works alone. Parsed and validated by the ring plugin
     /// (floe-ring config.rs documents its keys).
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    #[schemars(with = "Option<floe_ring::config::FleetSection>")]
     pub fleet: Option<serde::de::IgnoredAny>,
     /// Where this node keeps write-back fragments; needed when a route has `writeback:`.
     /// Parsed and validated by the writeback plugin (floe-writeback config.rs documents it).
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    #[schemars(with = "Option<floe_writeback::config::NodeSection>")]
     pub writeback: Option<serde::de::IgnoredAny>,
     /// The admin API listener. Default none.
     #[serde(default)]
@@ -42,7 +45,7 @@ pub struct FileConfig {
 
 /// The `catalog` route kind: requests under `path` go to an Iceberg REST catalog; successful
 /// GETs are cached until a commit purges them or `ttl_ms` passes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogSection {
     /// The catalog's base URI (http or https), e.g. `http://127.0.0.1:8181`.
@@ -72,7 +75,7 @@ fn default_catalog_cache_bytes() -> usize {
 }
 
 /// The admin API: its own listener and a bearer token (exactly one of token, token_env).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
     /// `ip:port` to bind; keep it on a private interface.
@@ -90,7 +93,7 @@ pub struct AdminSection {
 }
 
 /// Process-wide settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
     /// Where clients connect; at least one.
@@ -119,7 +122,7 @@ pub struct ServerSection {
 }
 
 /// One listener.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerSection {
     /// `host:port` to bind.
@@ -130,7 +133,7 @@ pub struct ListenerSection {
 }
 
 /// TLS material for a listener (PEM files).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
     /// Certificate chain path.
@@ -140,7 +143,7 @@ pub struct TlsSection {
 }
 
 /// How requests reach the origin's buckets.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Addressing {
     /// `endpoint/bucket/key` (default: works with every S3-compatible server).
@@ -151,7 +154,7 @@ pub enum Addressing {
 }
 
 /// An origin: a remote S3 endpoint, or an embedded S3 server over a local folder.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OriginSection {
     /// `http://` or `https://` URL of the S3 endpoint. Exactly one of endpoint and embedded.
@@ -188,7 +191,7 @@ pub struct OriginSection {
 }
 
 /// The in-process S3 server over a folder.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddedSection {
     /// The folder; each route's bucket is a subfolder, created on start.
@@ -196,7 +199,7 @@ pub struct EmbeddedSection {
 }
 
 /// Where origin credentials come from.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
 #[serde(tag = "from", rename_all = "lowercase", deny_unknown_fields)]
 pub enum CredentialsSection {
     /// No credentials: requests go unsigned (public buckets). The default.
@@ -220,7 +223,7 @@ pub enum CredentialsSection {
 
 /// Circuit breaker: after `failures` consecutive connection failures the origin is considered
 /// down for `open_ms`, and requests get 503 SlowDown at once instead of waiting on timeouts.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerSection {
     /// Consecutive failures that open the breaker. Default 3.
@@ -241,7 +244,7 @@ impl Default for BreakerSection {
 }
 
 /// A route: one bucket (or a pattern of them), its origin, who may use it, and its filters.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
     /// The bucket clients address, or a glob over bucket names (`analytics-*`: `*` any run of
@@ -267,6 +270,7 @@ pub struct RouteSection {
     /// Parsed and validated by the writeback plugin.
     #[serde(default)]
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
+    #[schemars(with = "Option<floe_writeback::config::RouteSection>")]
     pub writeback: Option<serde::de::IgnoredAny>,
     /// Carry bucket-level operations to the origin: CreateBucket, DeleteBucket and
     /// Get/PutBucketVersioning. Default `false`: they answer 501 NotImplemented, because a
@@ -277,7 +281,7 @@ pub struct RouteSection {
 }
 
 /// `anonymous:` on a route: a flag, or the list of operations unsigned requests may use.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum AnonymousSection {
     /// `true`: read-only; `false`: none.
@@ -293,7 +297,7 @@ impl Default for AnonymousSection {
 }
 
 /// The operations an anonymous caller may use.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnonymousOperations {
     /// S3 operation names.
@@ -301,7 +305,7 @@ pub struct AnonymousOperations {
 }
 
 /// One client key pair; the secret comes from exactly one of the three fields.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {
     /// The access key id clients sign with.

@@ -1,7 +1,8 @@
 //! `floe-proxy`: Floe's S3 data plane. Thin: it loads the config, starts embedded origins,
 //! and hands the route table to Pingora.
 //!
-//! Usage: `floe-proxy --config conf/quickstart.yaml` or `floe-proxy check conf/x.yaml`.
+//! Usage: `floe-proxy --config conf/quickstart.yaml`, `floe-proxy check conf/x.yaml`, or
+//! `floe-proxy schema` (the config's JSON Schema, as in conf/floe-proxy.schema.json).
 
 mod admin;
 mod bucket_list;
@@ -44,11 +45,15 @@ use crate::routes::RouteTable;
 use crate::runtime::{OriginPlace, Settings};
 
 fn usage() -> anyhow::Error {
-    anyhow::anyhow!("usage: floe-proxy [--config FILE] | floe-proxy check FILE")
+    anyhow::anyhow!("usage: floe-proxy [--config FILE] | floe-proxy check FILE | floe-proxy schema")
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["schema"] {
+        print_schema();
+        return Ok(());
+    }
     let (check_only, path) = match args.as_slice() {
         [c, p] if c == "check" => (true, PathBuf::from(p)),
         [f, p] if f == "--config" || f == "-c" => (false, PathBuf::from(p)),
@@ -69,6 +74,18 @@ fn main() -> anyhow::Result<()> {
     }
     init_logging();
     run(settings)
+}
+
+/// The config file's JSON Schema (generated from the config types; editors validate with it).
+pub fn schema() -> String {
+    let mut s = schemars::schema_for!(config::FileConfig);
+    s.insert("title".into(), "floe-proxy config".into());
+    serde_json::to_string_pretty(&s).unwrap_or_default() + "\n"
+}
+
+#[allow(clippy::print_stdout)]
+fn print_schema() {
+    print!("{}", schema());
 }
 
 #[allow(clippy::print_stdout)]

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::cron::{Catchup, Schedule};
 
 /// `scheduler:` in floe-control's config. Absent: no scheduler runs and its routes answer 404.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchedSection {
     /// The queue's store: `sqlite://PATH` (embedded, one floe-control) or `postgres://...`
@@ -37,7 +37,7 @@ pub struct SchedSection {
 }
 
 /// One deployment record (kind `worker`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentSection {
     /// Unique name: letters, digits, `-`, `_`, `.`.
@@ -69,7 +69,7 @@ pub struct DeploymentSection {
 }
 
 /// A worker's program.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeSection {
     /// The executable (a path, or a name looked up on PATH).
@@ -83,7 +83,7 @@ pub struct CodeSection {
 }
 
 /// One trigger.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "lowercase")]
 pub enum TriggerSection {
     /// A cron schedule.
@@ -95,7 +95,7 @@ pub enum TriggerSection {
 }
 
 /// A cron trigger.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CronSection {
     /// 5 fields, or 6 with seconds first (croner syntax).
@@ -113,7 +113,7 @@ pub struct CronSection {
 }
 
 /// A webhook trigger.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookSection {
     /// The request path after `/hooks/`.
@@ -125,7 +125,7 @@ pub struct WebhookSection {
 }
 
 /// An event subscription: exact type, optional source and subject.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventSection {
     /// CloudEvent `type`.

@@ -11,7 +11,7 @@ use croner::Cron;
 use serde::Deserialize;
 
 /// What a cron trigger does with intervals that ended before it was first seen.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Catchup {
     /// Each past interval, in order, one at a time.

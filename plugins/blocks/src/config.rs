@@ -20,7 +20,7 @@ pub struct FileSections {
 }
 
 /// The block cache (shared by every route that lists `blocks`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CacheSection {
     /// Folder of both stores' disk tiers (`data/`, `metadata/` below it).
@@ -58,7 +58,7 @@ pub struct CacheSection {
 }
 
 /// `cache.fill`.
-#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FillSection {
     /// Only the bytes a read needs.
@@ -69,7 +69,7 @@ pub enum FillSection {
 }
 
 /// DRAM and disk ceilings of one store, in bytes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSection {
     /// DRAM ceiling.
@@ -79,7 +79,7 @@ pub struct StoreSection {
 }
 
 /// A classification rule.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleSection {
     /// Glob over the object key.

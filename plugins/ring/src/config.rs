@@ -31,7 +31,7 @@ pub struct AdminPeek {
 }
 
 /// How this node joins a fleet.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FleetSection {
     /// This node's stable id. Default: the `HOSTNAME` environment variable, which is the pod
@@ -113,7 +113,7 @@ pub struct FleetSection {
 
 /// `fleet.tls`: every node serves the peer API with `cert`/`key` and trusts peers signed by
 /// `ca` (their certificates must name the host of their `peer_address`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeerTlsSection {
     /// PEM certificate chain.

@@ -30,7 +30,7 @@ pub struct RoutePeek {
 }
 
 /// A route's `writeback:`: how its PUTs are coded and when they are acknowledged.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSection {
     /// Data fragments per stripe. Default 4: each node stores a quarter of the object.
@@ -68,7 +68,7 @@ fn default_stripe() -> u32 {
 }
 
 /// The top-level `writeback:`: this node's fragment store and journal.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
     /// Directory for fragments and journal records (on the NVMe that also holds the cache).
