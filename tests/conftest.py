@@ -226,7 +226,7 @@ ADMIN_TOKEN = "floe-test-admin-token"
 
 
 def start_cached_floe(tmp, relay_port, cache_dir, data=(64 << 20, 256 << 20), meta=(32 << 20, 64 << 20),
-                      extra_cache="", admin_tls=None):
+                      extra_cache="", admin_tls=None, extra_server="", **env):
     """A floe-proxy whose route has [sigv4, blocks], with an admin API (p.admin(method, path));
     `admin_tls=(ca, cert, key)` serves the admin API over TLS."""
     port, aport = free_port(), free_port()
@@ -243,7 +243,8 @@ admin:
   token: {ADMIN_TOKEN}{tls}
 """
     p = start_custom_floe(tmp, relay_port, port, f"""  listeners: [{{address: "127.0.0.1:{port}"}}]
-  grace_period_seconds: 1""", cache=cache, filters="[sigv4, blocks]")
+  grace_period_seconds: 1
+{extra_server}""", cache=cache, filters="[sigv4, blocks]", **env)
     wait_port(aport, p.proc, "floe admin")
 
     def admin(method, path):

@@ -20,6 +20,7 @@ class Relay:
         self.bytes_to_origin = 0
         self.requests = collections.Counter()  # request lines toward the origin, by method
         self.lines = []  # (method, target) of each request line toward the origin, in order
+        self.traceparents = []  # the traceparent header of each request toward the origin that had one
         self.cut_after = None  # cut the next response after this many bytes
         self.delay = 0  # seconds added before each request is forwarded (origin latency)
         # Answered 503 here (an origin refusing writes): a method ("PUT"), or a method and a
@@ -111,6 +112,9 @@ class Relay:
                     if m:
                         self.requests[m.group(1).decode()] += 1
                         self.lines.append((m.group(1).decode(), m.group(2).decode()))
+                        tp = TRACEPARENT.search(data)
+                        if tp:
+                            self.traceparents.append(tp.group(1).decode())
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
             if to_origin and m and self._refused(m.group(1).decode(), m.group(2).decode()):
@@ -140,6 +144,7 @@ class Relay:
 
 
 REQUEST_LINE = re.compile(rb"^(GET|HEAD|PUT|POST|DELETE) (/\S*)")
+TRACEPARENT = re.compile(rb"(?im)^traceparent:\s*(\S+)\r?$")
 
 
 def _reset(sock):

@@ -43,6 +43,7 @@ fi
 export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
 
 tests/clients/build.sh   # the client matrix: AWS SDKs for Go and Java, s3fs, mc
+tests/otelcol/build.sh >/dev/null   # a real OpenTelemetry Collector for the OTLP tests
 
 cargo build --bin floe-proxy --bin floe-control
 # A PostgreSQL server (Debian's package) for the scheduler queue's Rust tests; the Python

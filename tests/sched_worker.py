@@ -8,7 +8,7 @@ import sys
 import time
 
 event = json.load(sys.stdin)
-env = {k: v for k, v in os.environ.items() if k.startswith(("FLOE_", "CE_"))}
+env = {k: v for k, v in os.environ.items() if k.startswith(("FLOE_", "CE_", "TRACEPARENT"))}
 
 
 def record(kind):

@@ -38,18 +38,22 @@ def deployment(name, out, triggers, sleep=0, retries=2, extra_env=None, **kw):
 class Sched:
     """One floe-control running only the scheduler."""
 
-    def __init__(self, tmp, store, deployments, lease_ms=1500, concurrency=4, name="ctl"):
+    def __init__(self, tmp, store, deployments, lease_ms=1500, concurrency=4, name="ctl",
+                 otlp_endpoint=None, env=None):
         self.tmp, self.port = tmp, free_port()
         self.conf = tmp / f"{name}.yaml"
         self.log = tmp / f"{name}.log"
-        self.conf.write_text(json.dumps({
-            "status_address": f"127.0.0.1:{self.port}",
-            "scheduler": {"store": store, "lease_ms": lease_ms, "concurrency": concurrency,
-                          "deployments": deployments}}))
+        conf = {"status_address": f"127.0.0.1:{self.port}",
+                "scheduler": {"store": store, "lease_ms": lease_ms, "concurrency": concurrency,
+                              "deployments": deployments}}
+        if otlp_endpoint:
+            conf["otlp_endpoint"] = otlp_endpoint
+        self.conf.write_text(json.dumps(conf))
+        self.env = env or {}
         self.start()
 
     def start(self):
-        env = dict(os.environ, RUST_LOG="info", FLOE_T_HOOK_SECRET="hook-secret")
+        env = dict(os.environ, RUST_LOG="info", FLOE_T_HOOK_SECRET="hook-secret", **self.env)
         self.proc = Proc([str(CONTROL_BIN), "--config", str(self.conf)], env, self.log, self.port,
                          "floe-control")
 

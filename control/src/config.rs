@@ -42,6 +42,10 @@ pub struct FileConfig {
     /// only, so public CAs work with no setting.
     #[serde(default)]
     pub tls: Option<TlsSection>,
+    /// An OpenTelemetry collector's OTLP/HTTP base URL (e.g. `http://otel:4318`): scheduler
+    /// runs are exported as spans. Default none.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
     /// The CloudEvents scheduler. Default: none.
     #[serde(default)]
     pub scheduler: Option<crate::sched::config::SchedSection>,
@@ -294,6 +298,8 @@ pub struct Settings {
     pub follows_catalog: bool,
     /// The scheduler, when configured.
     pub scheduler: Option<crate::sched::config::SchedSettings>,
+    /// OTLP/HTTP collector base URL.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The config file's JSON Schema (generated from [`FileConfig`]; `conf/floe-control.schema.json`

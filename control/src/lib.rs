@@ -26,6 +26,7 @@ pub mod heat;
 pub mod http;
 pub mod mapper;
 pub mod node;
+pub mod otel;
 pub mod placement;
 pub mod prefetch;
 pub mod pull;

@@ -9,8 +9,23 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // The OTLP exporter builds a blocking HTTP client: start it before the runtime.
+    let mut settings = None;
+    if let [flag, file] = args.as_slice() {
+        if flag == "--config" {
+            let s = floe_control::config::load(&PathBuf::from(file))?;
+            if let Some(endpoint) = &s.otlp_endpoint {
+                floe_control::otel::init(endpoint)?;
+            }
+            settings = Some(s);
+        }
+    }
+    tokio::runtime::Runtime::new()?.block_on(async_main(settings))
+}
+
+async fn async_main(settings: Option<floe_control::config::Settings>) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -24,7 +39,10 @@ async fn main() -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["--config", file] => run(PathBuf::from(file)).await,
+        ["--config", _] => match settings {
+            Some(s) => run(s).await,
+            None => bail!("no settings"),
+        },
         ["check", file] => {
             floe_control::config::load(&PathBuf::from(file))?;
             eprintln!("{file}: ok");
@@ -112,8 +130,7 @@ async fn dispatch(addr: &str, deployment: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(file: PathBuf) -> anyhow::Result<()> {
-    let settings = floe_control::config::load(&file)?;
+async fn run(settings: floe_control::config::Settings) -> anyhow::Result<()> {
     floe_control::http::install(floe_control::http::build(settings.ca_pem.as_deref())?);
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

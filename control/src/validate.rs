@@ -125,6 +125,10 @@ pub fn parse(
         catalog_props: props,
         poll: Duration::from_millis(poll),
         follows_catalog: c.catalog.is_some(),
+        otlp_endpoint: match &c.otlp_endpoint {
+            Some(u) => Some(url(&cx, "otlp_endpoint", u)?),
+            None => None,
+        },
         scheduler: match &c.scheduler {
             Some(sc) => Some(crate::sched::config::validate(&cx, sc)?),
             None => None,

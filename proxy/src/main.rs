@@ -130,7 +130,7 @@ fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Orig
 
 fn run(mut settings: Settings) -> anyhow::Result<()> {
     if let Some(endpoint) = &settings.server.otlp_endpoint {
-        otel::init(endpoint)?;
+        otel::init(endpoint, &settings.node_id)?;
         tracing::info!(endpoint = %endpoint, "exporting traces and metrics over OTLP");
     }
     let origins = build_origins(&settings)?;

@@ -73,6 +73,8 @@ pub struct Finished<'a> {
     pub origin_bytes: u64,
     /// Phases the stages timed.
     pub phases: &'a [floe_core::spans::Phase],
+    /// The request's span in its trace.
+    pub trace: Option<floe_core::trace::TraceParent>,
 }
 
 /// Records one finished request.

@@ -83,6 +83,10 @@ impl PingoraOriginReader {
             req.insert_header(k.to_string(), v.as_str())
                 .map_err(|e| transport(&e))?;
         }
+        if let Some(t) = floe_core::trace::current_header() {
+            req.insert_header("traceparent", t)
+                .map_err(|e| transport(&e))?;
+        }
         let raw_key = uri_encode(key.as_str(), true);
         self.origin
             .prepare(

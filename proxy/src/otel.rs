@@ -4,6 +4,10 @@
 //! ([`floe_core::spans::emit`]) as spans of their own, and the request counters and latency
 //! histogram as OTel metrics.
 //! Exporters run on the SDK's own threads; the request path only enqueues.
+//!
+//! Trace context: each request's span has the id chosen when the request arrived
+//! ([`request_span`]; a child of the client's `traceparent`), so the origin and peer requests
+//! that carried that id as their parent hang under it ([`floe_core::trace::start_span`]).
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -31,11 +35,34 @@ struct Otel {
 
 static OTEL: OnceLock<Otel> = OnceLock::new();
 
+/// Whether OTLP export is on.
+pub fn enabled() -> bool {
+    OTEL.get().is_some()
+}
+
+/// A request's span: a new child of the client's `traceparent` when exporting (a new trace
+/// without one); else the client's own context passed on unchanged, or none.
+pub fn request_span(incoming: Option<&str>) -> Option<floe_core::trace::TraceParent> {
+    use floe_core::trace::TraceParent;
+    if enabled() {
+        Some(TraceParent::child_of(incoming))
+    } else {
+        incoming.and_then(TraceParent::passed_on)
+    }
+}
+
 /// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`). Call before any
 /// async runtime starts: the HTTP exporter builds a blocking client.
-pub fn init(endpoint: &str) -> anyhow::Result<()> {
+pub fn init(endpoint: &str, node_id: &str) -> anyhow::Result<()> {
     let base = endpoint.trim_end_matches('/');
-    let resource = Resource::builder().with_service_name("floe-proxy").build();
+    let resource = Resource::builder()
+        .with_service_name("floe-proxy")
+        .with_attributes([
+            KeyValue::new("service.instance.id", node_id.to_owned()),
+            KeyValue::new("floe.node_id", node_id.to_owned()),
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+        ])
+        .build();
     let spans = SpanExporter::builder()
         .with_http()
         .with_endpoint(format!("{base}/v1/traces"))
@@ -43,6 +70,7 @@ pub fn init(endpoint: &str) -> anyhow::Result<()> {
         .context("building the OTLP span exporter")?;
     let traces = SdkTracerProvider::builder()
         .with_batch_exporter(spans)
+        .with_id_generator(floe_core::trace::Preset::default())
         .with_resource(resource.clone())
         .build();
     let metrics_exporter = MetricExporter::builder()
@@ -103,7 +131,7 @@ pub fn record(r: &Finished<'_>) {
     let start = SystemTime::now()
         .checked_sub(r.elapsed)
         .unwrap_or_else(SystemTime::now);
-    let mut span = o
+    let builder = o
         .tracer
         .span_builder(r.op)
         .with_kind(SpanKind::Server)
@@ -111,8 +139,11 @@ pub fn record(r: &Finished<'_>) {
         .with_attributes(attrs.into_iter().chain([
             KeyValue::new("floe.request_id", r.request_id.to_string()),
             KeyValue::new("floe.origin_bytes", r.origin_bytes as i64),
-        ]))
-        .start(&o.tracer);
+        ]));
+    let mut span = match &r.trace {
+        Some(t) => floe_core::trace::start_span(&o.tracer, builder, t),
+        None => builder.start(&o.tracer),
+    };
     if !r.phases.is_empty() {
         let parent =
             opentelemetry::Context::new().with_remote_span_context(span.span_context().clone());

@@ -121,6 +121,35 @@ pub struct Settings {
     pub admin: Option<AdminSpec>,
     /// The catalog route, when configured.
     pub catalog: Option<crate::catalog::CatalogSpec>,
+    /// This node's name in telemetry: `fleet.node_id` (or `$HOSTNAME`, as the fleet defaults),
+    /// else the host name.
+    pub node_id: String,
+}
+
+/// `fleet.node_id`, read past everything else (the ring plugin validates the section).
+#[derive(serde::Deserialize)]
+struct NodePeek {
+    #[serde(default)]
+    fleet: Option<NodePeekFleet>,
+}
+
+#[derive(serde::Deserialize)]
+struct NodePeekFleet {
+    #[serde(default)]
+    node_id: Option<String>,
+}
+
+fn node_id(text: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
+    let peek: Option<NodePeek> = serde_saphyr::from_str(text).ok();
+    peek.and_then(|p| p.fleet)
+        .and_then(|f| f.node_id)
+        .or_else(|| env("HOSTNAME"))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_else(|| "floe-proxy".into())
 }
 
 /// Reads and validates a config file, taking secrets from the process environment.
@@ -187,6 +216,7 @@ pub fn parse_with(
         plugins,
         admin,
         catalog,
+        node_id: node_id(text, env),
     })
 }
 

@@ -51,6 +51,12 @@ impl ProxyHttp for FloeProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let incoming = session
+            .req_header()
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok());
+        ctx.f.trace = otel::request_span(incoming);
         if let Some(cat) = &self.catalog {
             let req = session.req_header();
             ctx.catalog = cat.matches(req.method.as_str(), req.uri.path());
@@ -59,7 +65,8 @@ impl ProxyHttp for FloeProxy {
                 return Ok(false);
             }
         }
-        self.s3.request_filter(session, ctx).await
+        let trace = ctx.f.trace;
+        floe_core::trace::scope(trace, self.s3.request_filter(session, ctx)).await
     }
 
     async fn upstream_peer(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
@@ -72,6 +79,10 @@ impl ProxyHttp for FloeProxy {
         req: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let Some(t) = &ctx.f.trace {
+            // Before the mode signs the request: the origin sees the header it was signed with.
+            req.insert_header("traceparent", t.header())?;
+        }
         self.mode(ctx.kind)
             .upstream_request_filter(session, req, ctx)
             .await
@@ -192,6 +203,7 @@ impl ProxyHttp for FloeProxy {
             elapsed: ctx.start.elapsed(),
             origin_bytes: ctx.origin_bytes,
             phases: &ctx.f.phases,
+            trace: ctx.f.trace,
         };
         metrics::record(&finished);
         otel::record(&finished);

@@ -104,6 +104,7 @@ fn now_ms() -> i64 {
 pub async fn run(
     d: &Deployment,
     l: &Lease,
+    trace: Option<&floe_core::trace::TraceParent>,
     q: &dyn Queue,
     lease_len: Duration,
     mut stop: Shutdown,
@@ -116,6 +117,9 @@ pub async fn run(
         if let Some(v) = std::env::var_os(k) {
             cmd.env(k, v);
         }
+    }
+    if let Some(t) = trace {
+        cmd.env("TRACEPARENT", t.header());
     }
     cmd.args(&d.args)
         .envs(&d.env)

@@ -341,9 +341,30 @@ impl Scheduler {
             );
         }
         let span = tracing::info_span!("sched.run", deployment = %d.name, job = %l.id, attempt = l.attempt, generation = l.generation);
-        let o = harness::run(&d, &l, self.queue.as_ref(), self.settings.lease, stop)
-            .instrument(span.clone())
-            .await;
+        let trace = crate::otel::run_trace(&l.event);
+        let o = harness::run(
+            &d,
+            &l,
+            trace.as_ref(),
+            self.queue.as_ref(),
+            self.settings.lease,
+            stop,
+        )
+        .instrument(span.clone())
+        .await;
+        if let Some(t) = &trace {
+            let r = crate::otel::RunSpan {
+                deployment: &d.name,
+                job: &l.id,
+                attempt: l.attempt,
+                generation: l.generation,
+                result: o.result,
+                exit_code: o.exit_code,
+                start_ms: started,
+                end_ms: o.ended_ms,
+            };
+            crate::otel::export_run(t, &r);
+        }
         self.metrics
             .duration
             .observe((o.ended_ms - started).max(0) as f64 / 1000.0);

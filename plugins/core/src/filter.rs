@@ -78,6 +78,9 @@ pub struct FilterCtx {
     /// Timed phases of the request, exported as its span's children (empty, and
     /// allocation-free, unless a stage records one).
     pub phases: Vec<crate::spans::Phase>,
+    /// This request's span in its trace (set when OTLP export is on or the client sent a
+    /// `traceparent`); the requests Floe makes for it name it as their parent.
+    pub trace: Option<crate::trace::TraceParent>,
     /// Per-request state of the stages, one value per type (a stage keys it by a type of its
     /// own). Empty, and allocation-free, for stages that keep none.
     pub ext: http::Extensions,
@@ -99,6 +102,7 @@ impl FilterCtx {
             origin_bytes: 0,
             answered_by: None,
             phases: Vec::new(),
+            trace: None,
             ext: http::Extensions::new(),
         }
     }

@@ -19,6 +19,7 @@ mod origin;
 pub mod plugin;
 pub mod range;
 pub mod spans;
+pub mod trace;
 mod types;
 pub mod uri;
 pub mod versions;

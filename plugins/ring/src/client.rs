@@ -101,6 +101,9 @@ impl PeerClient {
             }
             req.insert_header("host", &*peer.addr)
                 .map_err(unavailable)?;
+            if let Some(t) = floe_core::trace::current_header() {
+                req.insert_header("traceparent", t).map_err(unavailable)?;
+            }
             let (mut s, _) = self
                 .connector
                 .get_http_session(&hp)

@@ -351,7 +351,13 @@ where
 {
     let svc = hyper::service::service_fn(move |req| {
         let api = api.clone();
-        async move { Ok::<_, Infallible>(api.handle(req).await) }
+        // The asking node's span stays the parent of what this node fetches for it.
+        let trace = req
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(floe_core::trace::TraceParent::passed_on);
+        async move { Ok::<_, Infallible>(floe_core::trace::scope(trace, api.handle(req)).await) }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(io), svc)
