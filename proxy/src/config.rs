@@ -119,6 +119,19 @@ pub struct ServerSection {
     /// OTLP collector endpoint for traces and metrics. Default none.
     #[serde(default)]
     pub otlp_endpoint: Option<String>,
+    /// Reload when the config file changes, besides on SIGHUP. Default `false`: an editor's
+    /// half-written save would be refused and logged, so reloads are asked for by default.
+    #[serde(default)]
+    pub reload_watch: bool,
+    /// The socket a new floe-proxy started with `--upgrade` takes the listening sockets over
+    /// (Pingora's graceful upgrade; then SIGQUIT the old one). Default
+    /// `/tmp/floe-proxy-upgrade.sock`; give each proxy on a machine its own.
+    #[serde(default = "default_upgrade_sock")]
+    pub upgrade_sock: String,
+}
+
+fn default_upgrade_sock() -> String {
+    "/tmp/floe-proxy-upgrade.sock".into()
 }
 
 /// One listener.

@@ -19,6 +19,7 @@ mod origin;
 mod origin_reader;
 mod otel;
 mod probes;
+mod reload;
 mod respond;
 mod route_config;
 mod route_patterns;
@@ -45,7 +46,9 @@ use crate::routes::RouteTable;
 use crate::runtime::{OriginPlace, Settings};
 
 fn usage() -> anyhow::Error {
-    anyhow::anyhow!("usage: floe-proxy [--config FILE] | floe-proxy check FILE | floe-proxy schema")
+    anyhow::anyhow!(
+        "usage: floe-proxy [--config FILE [--upgrade]] | floe-proxy check FILE | floe-proxy schema"
+    )
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,10 +57,13 @@ fn main() -> anyhow::Result<()> {
         print_schema();
         return Ok(());
     }
-    let (check_only, path) = match args.as_slice() {
-        [c, p] if c == "check" => (true, PathBuf::from(p)),
-        [f, p] if f == "--config" || f == "-c" => (false, PathBuf::from(p)),
-        [] => (false, PathBuf::from("conf/quickstart.yaml")),
+    let (check_only, path, upgrade) = match args.as_slice() {
+        [c, p] if c == "check" => (true, PathBuf::from(p), false),
+        [f, p] if f == "--config" || f == "-c" => (false, PathBuf::from(p), false),
+        [f, p, u] if (f == "--config" || f == "-c") && u == "--upgrade" => {
+            (false, PathBuf::from(p), true)
+        }
+        [] => (false, PathBuf::from("conf/quickstart.yaml"), false),
         _ => return Err(usage()),
     };
     let settings = match runtime::load(&path) {
@@ -73,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     init_logging();
-    run(settings)
+    run(settings, path, upgrade)
 }
 
 /// The config file's JSON Schema (generated from the config types; editors validate with it).
@@ -128,7 +134,7 @@ fn build_origins(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<Orig
     Ok(origins)
 }
 
-fn run(mut settings: Settings) -> anyhow::Result<()> {
+fn run(mut settings: Settings, path: PathBuf, upgrade: bool) -> anyhow::Result<()> {
     if let Some(endpoint) = &settings.server.otlp_endpoint {
         otel::init(endpoint, &settings.node_id)?;
         tracing::info!(endpoint = %endpoint, "exporting traces and metrics over OTLP");
@@ -150,17 +156,32 @@ fn run(mut settings: Settings) -> anyhow::Result<()> {
         &s.hostnames,
     )
     .map_err(|e| anyhow::anyhow!(e))?;
+    let table = Arc::new(arc_swap::ArcSwap::from_pointee(table));
+    let reloader = reload::Reloader::new(
+        path,
+        table.clone(),
+        plugins.clone(),
+        origins.clone(),
+        s.reload_watch,
+    );
     let catalog = settings
         .catalog
         .clone()
         .map(|c| Arc::new(catalog::CatalogRoute::new(c)));
     let conf = ServerConf {
         threads: s.threads,
+        upgrade_sock: s.upgrade_sock.clone(),
         grace_period_seconds: Some(s.grace_period_seconds),
         graceful_shutdown_timeout_seconds: Some(5),
         ..Default::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
+    // `--upgrade`: take the listening sockets over from the running floe-proxy (which is then
+    // sent SIGQUIT and drains its transfers within grace_period_seconds).
+    let opt = pingora::server::configuration::Opt {
+        upgrade,
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
     let mut proxy = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
@@ -190,6 +211,7 @@ fn run(mut settings: Settings) -> anyhow::Result<()> {
         tracing::info!(address = %addr, tls = spec.tls.is_some(), "admin API listening");
     }
     server.add_service(proxy);
+    server.add_service(background_service("floe-reload", reloader));
     for service in plugins.background() {
         server.add_boxed_service(service);
     }

@@ -40,6 +40,10 @@ pub struct ServerSettings {
     pub grace_period_seconds: u64,
     /// OTLP endpoint.
     pub otlp_endpoint: Option<String>,
+    /// Reload when the file changes.
+    pub reload_watch: bool,
+    /// The graceful-upgrade socket.
+    pub upgrade_sock: String,
 }
 
 /// Where an origin lives.
@@ -263,6 +267,8 @@ fn server(cx: &Ctx<'_>, raw: &FileConfig) -> Result<ServerSettings, ConfigError>
         threads: s.threads,
         grace_period_seconds: s.grace_period_seconds,
         otlp_endpoint: s.otlp_endpoint.clone(),
+        reload_watch: s.reload_watch,
+        upgrade_sock: s.upgrade_sock.clone(),
     })
 }
 

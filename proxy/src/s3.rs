@@ -1,6 +1,7 @@
 //! The S3 mode: a request on a route runs the route's filter chain, then goes to the origin
 //! re-signed, with retries, a concurrency bound and a circuit breaker.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,12 +20,13 @@ use crate::routes::RouteTable;
 
 /// S3 requests on the route table.
 pub struct S3Mode {
-    table: RouteTable,
+    /// The route table; a reload swaps in a new one (requests under way keep their route).
+    table: Arc<arc_swap::ArcSwap<RouteTable>>,
 }
 
 impl S3Mode {
     /// The mode over a route table.
-    pub fn new(table: RouteTable) -> Self {
+    pub fn new(table: Arc<arc_swap::ArcSwap<RouteTable>>) -> Self {
         Self { table }
     }
 
@@ -50,7 +52,8 @@ impl S3Mode {
     async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool, S3Error> {
         let req = session.req_header();
         let host = req.headers.get("host").and_then(|v| v.to_str().ok());
-        let addressed = self.table.address(host, req.uri.path());
+        let table = self.table.load();
+        let addressed = table.address(host, req.uri.path());
         let query = req.uri.query().unwrap_or("");
         let copy = req.headers.contains_key("x-amz-copy-source");
         ctx.f.op = S3Op::classify(
@@ -63,7 +66,7 @@ impl S3Mode {
         ctx.raw_key = addressed.raw_key.to_owned();
         ctx.query = strip_presign(query);
         let bucket = addressed.bucket.to_owned();
-        let route = self.table.get(&bucket).map_err(|e| {
+        let route = table.get(&bucket).map_err(|e| {
             S3Error::new(
                 S3ErrorCode::InternalError,
                 "The bucket's route could not be built.",
@@ -71,14 +74,16 @@ impl S3Mode {
             .caused_by(std::io::Error::other(e.to_string()))
         })?;
         let Some(route) = route else {
+            // Held across awaits: an owned table, not the load guard.
+            let table = arc_swap::Guard::into_inner(table);
             let mut scratch = FilterCtx::new(ctx.f.op);
-            self.table
+            table
                 .any_client
                 .request_filter(session, &mut scratch)
                 .await?;
             if ctx.f.op == S3Op::ListBuckets {
                 let key = scratch.access_key.unwrap_or_default();
-                let buckets = self.table.listed_buckets(&key).await.map_err(|e| {
+                let buckets = table.listed_buckets(&key).await.map_err(|e| {
                     S3Error::new(
                         S3ErrorCode::ServiceUnavailable,
                         "The origin could not list its buckets. Please try again.",
@@ -372,7 +377,7 @@ impl Mode for S3Mode {
             // A bucket made or removed through Floe shows in its next ListBuckets.
             let made = matches!(ctx.f.op, S3Op::CreateBucket | S3Op::DeleteBucket);
             if made && (200..300).contains(&status) {
-                self.table.origin_buckets.forget(&r.origin.name);
+                self.table.load().origin_buckets.forget(&r.origin.name);
             }
         }
         ctx.permit = None;

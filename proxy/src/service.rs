@@ -26,7 +26,10 @@ pub struct FloeProxy {
 
 impl FloeProxy {
     /// A proxy over a route table and an optional catalog route.
-    pub fn new(table: RouteTable, catalog: Option<Arc<CatalogRoute>>) -> Self {
+    pub fn new(
+        table: Arc<arc_swap::ArcSwap<RouteTable>>,
+        catalog: Option<Arc<CatalogRoute>>,
+    ) -> Self {
         Self {
             s3: S3Mode::new(table),
             catalog,
