@@ -138,6 +138,7 @@ impl BlockFilter {
             label,
             missing,
             node,
+            head: held,
         } = opened;
         let Some(key) = ctx.key.clone() else {
             return Ok(false);
@@ -171,8 +172,14 @@ impl BlockFilter {
         if head || body_len == 0 {
             return Ok(true);
         }
-        self.stream(&mut reader, &key, (first, last), &mut ClientSink(session))
-            .await?;
+        self.stream(
+            &mut reader,
+            &key,
+            (first, last),
+            held,
+            &mut ClientSink(session),
+        )
+        .await?;
         session
             .write_response_body(None, true)
             .await

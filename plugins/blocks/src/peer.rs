@@ -110,13 +110,22 @@ impl PeerServer for BlockFilter {
                 }
             }
         });
+        // Answer only once the first bytes are in hand: a fill that fails before any (the
+        // version changed at the origin, the origin is down) is an error the asker handles
+        // before it answers its client, not a body cut short after its headers.
+        let mut rx = rx;
+        let first = match rx.recv().await {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => return Err(unavailable(e)),
+            None => None,
+        };
         Ok(PeerBody {
             node: self
                 .fleet
                 .as_ref()
                 .map_or_else(|| Arc::from(""), |f| f.node_id().clone()),
             source,
-            body: Box::new(ChannelStream(rx)),
+            body: Box::new(ChannelStream(first, rx)),
         })
     }
 }
@@ -224,12 +233,15 @@ impl Sink for ChannelSink {
     }
 }
 
-/// The answer's body, read from the channel.
-struct ChannelStream(mpsc::Receiver<Result<Bytes, OriginError>>);
+/// The answer's body: its first piece (already received), then the channel.
+struct ChannelStream(Option<Bytes>, mpsc::Receiver<Result<Bytes, OriginError>>);
 
 #[async_trait]
 impl ByteStream for ChannelStream {
     async fn next(&mut self) -> Result<Option<Bytes>, OriginError> {
-        self.0.recv().await.transpose()
+        if let Some(b) = self.0.take() {
+            return Ok(Some(b));
+        }
+        self.1.recv().await.transpose()
     }
 }

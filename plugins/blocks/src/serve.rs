@@ -35,6 +35,39 @@ pub(crate) struct Opened {
     /// The node that served (fleet only): the owner for `hit-peer` and `fill-peer`, else
     /// this node.
     pub(crate) node: Option<Arc<str>>,
+    /// The response's first block, in hand before its headers are written.
+    pub(crate) head: Held,
+}
+
+/// Bytes held for the response before its headers go out: one piece (a hit), or several.
+#[derive(Default)]
+pub(crate) struct Held {
+    one: Option<Bytes>,
+    more: Vec<Bytes>,
+}
+
+#[async_trait]
+impl Sink for Held {
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ServeError> {
+        match self.one {
+            None if self.more.is_empty() => self.one = Some(bytes),
+            _ => {
+                self.more.extend(self.one.take());
+                self.more.push(bytes);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Held {
+    /// Writes what is held into `sink`.
+    pub(crate) async fn drain(self, sink: &mut dyn Sink) -> Result<(), ServeError> {
+        for b in self.one.into_iter().chain(self.more) {
+            sink.put(b).await?;
+        }
+        Ok(())
+    }
 }
 
 impl BlockFilter {
@@ -108,6 +141,7 @@ impl BlockFilter {
             label,
             missing: plan.missing_bytes,
             node: self.fleet.as_ref().map(|f| f.node_id().clone()),
+            head: Held::default(),
         };
         if !head && size > 0 {
             match opened.reader.prime(&plan).await {
@@ -126,28 +160,53 @@ impl BlockFilter {
                 }
                 _ => {}
             }
+            // The first block is in hand before the headers: a version that changed at the
+            // origin re-resolves (the caller retries), other trouble lets the origin answer;
+            // neither becomes a body cut short after its headers.
+            let b0 = blocks_of(first, last, self.cache.settings.block_bytes).0;
+            match opened.reader.serve(b0, &mut opened.head).await {
+                Ok(()) => {}
+                Err(ServeError::Fill(FillError::Changed)) => {
+                    self.map.mark_stale(key.as_str(), &opened.map.etag);
+                    return Ok(Err((key.clone(), opened.map.etag.clone())));
+                }
+                Err(e) => {
+                    tracing::warn!(key = key.as_str(), error = %e, "first block failed; the origin answers");
+                    return Ok(Ok(None));
+                }
+            }
         }
         Ok(Ok(Some(opened)))
     }
 }
 
 impl BlockFilter {
-    /// Serves bytes `first..=last` through `reader` into `sink`. A version that changed under
-    /// the read drops its mapping (the next read re-resolves); the error means the response
-    /// must be cut short, never completed.
+    /// Serves bytes `first..=last` through `reader` into `sink`, after the first block's
+    /// `head` (held by [`Self::open`]). A version that changed under the read drops its mapping
+    /// (the next read re-resolves); the error means the response must be cut short, never
+    /// completed.
     pub(crate) async fn stream(
         &self,
         reader: &mut BlockReader,
         key: &ObjectKey,
         (first, last): (u64, u64),
+        head: Held,
         sink: &mut dyn Sink,
     ) -> Result<(), S3Error> {
         let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
-        for i in b0..=b1 {
+        if let Err(e) = head.drain(sink).await {
+            return Err(S3Error::new(
+                S3ErrorCode::InternalError,
+                "We encountered an internal error. Please try again.",
+            )
+            .caused_by(e));
+        }
+        for i in b0 + 1..=b1 {
             if let Err(e) = reader.serve(i, sink).await {
                 if e == ServeError::Fill(FillError::Changed) {
                     self.map.mark_stale(key.as_str(), &reader.target.map.etag);
                 }
+                tracing::warn!(key = key.as_str(), block = i, error = %e, "a block failed after the response began");
                 return Err(S3Error::new(
                     S3ErrorCode::InternalError,
                     "We encountered an internal error. Please try again.",

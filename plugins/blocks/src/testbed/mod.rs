@@ -121,7 +121,13 @@ impl Bed {
         };
         let k = ObjectKey::parse(key).unwrap();
         self.filter
-            .stream(&mut o.reader, &k, (o.first, o.last), sink)
+            .stream(
+                &mut o.reader,
+                &k,
+                (o.first, o.last),
+                std::mem::take(&mut o.head),
+                sink,
+            )
             .await?;
         Ok(Read::Served {
             bytes: std::mem::take(&mut sink.bytes).freeze(),
