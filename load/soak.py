@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import sys
 import threading
 import time
@@ -266,6 +267,8 @@ def main():
     if REPORT:
         plot(samples, events)
         report(summary)
+    if not failures:  # MinIO's data and the nodes' caches: kept only to look into a failure
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
 
 

@@ -186,3 +186,4 @@ def test_an_upgrade_hands_the_listeners_over_while_a_1_gib_get_finishes(minio, d
             new.kill()
             new.wait()
         old.stop()
+        direct.delete_object(Bucket=BUCKET, Key="upgrade/1gib")  # a GiB less on the test disk
