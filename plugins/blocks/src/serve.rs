@@ -161,7 +161,7 @@ impl BlockFilter {
                 _ => {}
             }
             // The first block is in hand before the headers: a version that changed at the
-            // origin re-resolves (the caller retries), other trouble lets the origin answer;
+            // origin re-resolves (the caller retries), other trouble is an error answer;
             // neither becomes a body cut short after its headers.
             let b0 = blocks_of(first, last, self.cache.settings.block_bytes).0;
             match opened.reader.serve(b0, &mut opened.head).await {
@@ -170,10 +170,9 @@ impl BlockFilter {
                     self.map.mark_stale(key.as_str(), &opened.map.etag);
                     return Ok(Err((key.clone(), opened.map.etag.clone())));
                 }
-                Err(e) => {
-                    tracing::warn!(key = key.as_str(), error = %e, "first block failed; the origin answers");
-                    return Ok(Ok(None));
-                }
+                // An error answer, not the origin's: the bytes may be a staged write the
+                // origin does not have yet, so passing could serve an older version.
+                Err(e) => return Err(internal_serve(e)),
             }
         }
         Ok(Ok(Some(opened)))
@@ -195,11 +194,7 @@ impl BlockFilter {
     ) -> Result<(), S3Error> {
         let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
         if let Err(e) = head.drain(sink).await {
-            return Err(S3Error::new(
-                S3ErrorCode::InternalError,
-                "We encountered an internal error. Please try again.",
-            )
-            .caused_by(e));
+            return Err(internal_serve(e));
         }
         for i in b0 + 1..=b1 {
             if let Err(e) = reader.serve(i, sink).await {
@@ -245,6 +240,14 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+fn internal_serve(e: ServeError) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::InternalError,
+        "We encountered an internal error. Please try again.",
+    )
+    .caused_by(e)
 }
 
 pub(crate) fn internal(e: Box<pingora::Error>) -> S3Error {

@@ -302,8 +302,8 @@ async fn missing_keys_and_origin_errors_pass_to_the_origin() {
 }
 
 /// A key deleted at the origin while its mapping is cached: the first block's fill (If-Match)
-/// finds nothing before any header went out, so the read passes to the origin (which answers
-/// 404) instead of a 200 cut short; and so does the next.
+/// finds nothing before any header went out, so the read re-resolves and passes to the origin
+/// (which answers 404) instead of a 200 cut short; and so does the next.
 #[tokio::test(start_paused = true)]
 async fn a_key_deleted_under_a_read_passes_to_the_origin_before_any_header() {
     let bed = Bed::new().await;
