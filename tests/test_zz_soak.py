@@ -1,4 +1,7 @@
-"""The soak, short (load/soak.py; the hour-long run is load/soak.sh and its plots are in
+"""(Named to run last: its three nodes, MinIO and clean-up load the disk, and the fsync-heavy
+write-back tests ran slow right after it.)
+
+The soak, short (load/soak.py; the hour-long run is load/soak.sh and its plots are in
 load/PERFORMANCE.md): a 3-node fleet at 80% of its measured peak for 60 s with overwrites at the
 origin every 10 s, cache purges every 15 s and a node restart: not one failed or wrong answer."""
 import os
