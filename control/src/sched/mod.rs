@@ -374,8 +374,14 @@ impl Scheduler {
             .inc();
         let retry = (o.result != "ok")
             .then(|| queue::retry_at(now_ms(), l.attempt, d.backoff.as_millis() as u64));
+        let finished = self
+            .queue
+            .finish(&l, &o, retry)
+            .instrument(span.clone())
+            .await;
+        // Entered only for the logging below: no guard is held across an await.
         let _g = span.enter();
-        match self.queue.finish(&l, &o, retry).await {
+        match finished {
             Ok(Finished::Accepted) => {
                 if let (true, Some(at)) = (l.attempt < l.max_attempts, retry) {
                     self.metrics

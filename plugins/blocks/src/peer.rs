@@ -86,7 +86,7 @@ impl PeerServer for BlockFilter {
         } else {
             PeerSource::Fill
         };
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, mut rx) = mpsc::channel(4);
         let (b0, b1) = blocks_of(ask.first, ask.last, self.cache.settings.block_bytes);
         // A peer's ask is a touch of its own beside the reader's: under pressure the owner
         // still admits what it fills for the fleet (it keeps the canonical copy).
@@ -113,7 +113,6 @@ impl PeerServer for BlockFilter {
         // Answer only once the first bytes are in hand: a fill that fails before any (the
         // version changed at the origin, the origin is down) is an error the asker handles
         // before it answers its client, not a body cut short after its headers.
-        let mut rx = rx;
         let first = match rx.recv().await {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => return Err(unavailable(e)),
