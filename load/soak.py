@@ -144,6 +144,7 @@ class Load:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.lat, self.ok, self.errors = [], 0, []
+        self.t0 = time.monotonic()
         self.threads = [threading.Thread(target=self.run, args=(c,), daemon=True) for c in range(CLIENTS)]
         for t in self.threads:
             t.start()
@@ -164,8 +165,8 @@ class Load:
             took, err = time.perf_counter() - t0, f"{node.name}: {type(e).__name__}: {e}"
         with self.lock:
             self.lat.append(took)
-            if err:
-                self.errors.append((time.time(), err))
+            if err:  # when, on the soak's clock, so a failure can be set beside the events
+                self.errors.append((round(time.monotonic() - self.t0, 2), f"{key}@{off}: {err}"))
             else:
                 self.ok += 1
 
@@ -228,6 +229,7 @@ def main():
         print(f"peak {top:.0f} req/s ({errs} errors); soaking at {rate:.0f} req/s for {SECONDS} s", flush=True)
         load = Load(fleet, objects, rate)
         t0 = time.monotonic()
+        load.t0 = t0
         events, restarts = [], 0
         nxt = {"overwrite": OVERWRITE_EVERY, "purge": PURGE_EVERY, "restart": RESTART_EVERY}
         tick = t0
@@ -284,7 +286,8 @@ def summarize(samples, failures, rate, top, events):
     p99 = sorted(s["p99_ms"] for s in samples)
     return {"peak_rps": round(top), "target_rps": round(rate),
             "achieved_rps": round(sum(s["rps"] for s in samples) / max(1, n)),
-            "errors": len(failures), "first_errors": [e for _, e in failures[:5]],
+            "errors": len(failures), "first_errors": [f"t={t}s {e}" for t, e in failures[:5]],
+            "event_times": [f"t={round(t, 1)}s {e}" for t, e in events][:40],
             "p99_ms_median": round(p99[len(p99) // 2], 2) if p99 else 0,
             "p99_ms_max": round(p99[-1], 2) if p99 else 0, "rss": rss,
             "events": {k: sum(1 for _, e in events if e.startswith(k)) for k in ("overwrite", "purge", "restart")}}

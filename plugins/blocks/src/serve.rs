@@ -35,15 +35,17 @@ pub(crate) struct Opened {
     /// The node that served (fleet only): the owner for `hit-peer` and `fill-peer`, else
     /// this node.
     pub(crate) node: Option<Arc<str>>,
-    /// The response's first block, in hand before its headers are written.
+    /// The response's first blocks, in hand before its headers are written.
     pub(crate) head: Held,
 }
 
-/// Bytes held for the response before its headers go out: one piece (a hit), or several.
+/// Bytes held for the response before its headers go out: one piece (a hit), or several,
+/// and the first block not held.
 #[derive(Default)]
 pub(crate) struct Held {
     one: Option<Bytes>,
     more: Vec<Bytes>,
+    next: u64,
 }
 
 #[async_trait]
@@ -160,19 +162,24 @@ impl BlockFilter {
                 }
                 _ => {}
             }
-            // The first block is in hand before the headers: a version that changed at the
-            // origin re-resolves (the caller retries), other trouble is an error answer;
-            // neither becomes a body cut short after its headers.
-            let b0 = blocks_of(first, last, self.cache.settings.block_bytes).0;
-            match opened.reader.serve(b0, &mut opened.head).await {
-                Ok(()) => {}
-                Err(ServeError::Fill(FillError::Changed)) => {
-                    self.map.mark_stale(key.as_str(), &opened.map.etag);
-                    return Ok(Err((key.clone(), opened.map.etag.clone())));
+            // The first block is in hand before the headers (all of a response no longer
+            // than a block, which spans at most two): a version that changed at the origin
+            // re-resolves (the caller retries), other trouble is an error answer; neither
+            // becomes a body cut short after its headers.
+            let bs = self.cache.settings.block_bytes;
+            let (b0, b1) = blocks_of(first, last, bs);
+            let upto = if last - first < bs { b1 } else { b0 };
+            for i in b0..=upto {
+                match opened.reader.serve(i, &mut opened.head).await {
+                    Ok(()) => opened.head.next = i + 1,
+                    Err(ServeError::Fill(FillError::Changed)) => {
+                        self.map.mark_stale(key.as_str(), &opened.map.etag);
+                        return Ok(Err((key.clone(), opened.map.etag.clone())));
+                    }
+                    // An error answer, not the origin's: the bytes may be a staged write the
+                    // origin does not have yet, so passing could serve an older version.
+                    Err(e) => return Err(internal_serve(e)),
                 }
-                // An error answer, not the origin's: the bytes may be a staged write the
-                // origin does not have yet, so passing could serve an older version.
-                Err(e) => return Err(internal_serve(e)),
             }
         }
         Ok(Ok(Some(opened)))
@@ -180,7 +187,7 @@ impl BlockFilter {
 }
 
 impl BlockFilter {
-    /// Serves bytes `first..=last` through `reader` into `sink`, after the first block's
+    /// Serves bytes `first..=last` through `reader` into `sink`, after the first blocks'
     /// `head` (held by [`Self::open`]). A version that changed under the read drops its mapping
     /// (the next read re-resolves); the error means the response must be cut short, never
     /// completed.
@@ -193,10 +200,11 @@ impl BlockFilter {
         sink: &mut dyn Sink,
     ) -> Result<(), S3Error> {
         let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
+        let next = head.next.max(b0 + 1);
         if let Err(e) = head.drain(sink).await {
             return Err(internal_serve(e));
         }
-        for i in b0 + 1..=b1 {
+        for i in next..=b1 {
             if let Err(e) = reader.serve(i, sink).await {
                 if e == ServeError::Fill(FillError::Changed) {
                     self.map.mark_stale(key.as_str(), &reader.target.map.etag);
