@@ -71,6 +71,23 @@ service:
                         names.update(m["name"] for m in sm.get("metrics", []))
         return names
 
+    def points(self, name):
+        """The latest value of each series of metric `name`: {(service, sorted attrs): value}."""
+        out = {}
+        if self.out.exists():
+            for line in self.out.read_text().splitlines():
+                for rm in json.loads(line).get("resourceMetrics", []):
+                    service = attrs(rm.get("resource", {}).get("attributes", [])).get("service.name")
+                    for sm in rm.get("scopeMetrics", []):
+                        for m in sm.get("metrics", []):
+                            if m["name"] != name:
+                                continue
+                            data = m.get("sum") or m.get("gauge") or {}
+                            for dp in data.get("dataPoints", []):
+                                key = (service, tuple(sorted(attrs(dp.get("attributes", [])).items())))
+                                out[key] = dp.get("asDouble", dp.get("asInt"))
+        return out
+
     def stop(self):
         self.proc.stop()
 
@@ -164,6 +181,14 @@ def test_floe_control_exports_its_scheduler_runs_with_the_events_trace(collector
         s.wait(lambda r: any(x["result"] == "ok" for x in r), "the run")
         runs = wait_until("the run's span at the collector", lambda: [
             x for x in collector.spans() if x["name"] == "sched.run"], timeout=30)
+        # Its metrics too, under /metrics's names (counters without _total) with their labels.
+        ok = ("floe-control", (("deployment", "traced"), ("result", "ok")))
+        wait_until("the run counted at the collector", lambda: collector.points("floe_sched_runs").get(ok) == 1,
+                   timeout=30)
+        done = ("floe-control", (("state", "done"),))
+        wait_until("the queue depth at the collector",
+                   lambda: collector.points("floe_sched_queue_jobs").get(done) == 1, timeout=30)
+        assert "floe_sched_run_duration_seconds_count" in collector.metric_names()
     finally:
         s.stop()
     span, = runs

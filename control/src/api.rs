@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::state::Control;
-use crate::status::{document, metrics};
+use crate::status::{document, metric_families};
 use crate::worker::{Activity, Handle, Shutdown};
 
 /// Largest request body taken (an event, a webhook): the queue stores bounded events.
@@ -34,6 +34,16 @@ pub fn error(code: StatusCode, msg: impl std::fmt::Display) -> Reply {
     json_reply(code, &json!({"error": msg.to_string()}))
 }
 
+/// Every metric floe-control exports, gathered now: what `GET /metrics` encodes and the OTLP
+/// exporter reports ([`crate::otel::bridge`]).
+pub async fn families(ctl: &Control) -> Vec<prometheus::proto::MetricFamily> {
+    let mut f = metric_families(ctl);
+    if let Some(s) = ctl.sched.get() {
+        f.extend(crate::sched::http::metric_families(s).await);
+    }
+    f
+}
+
 async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
@@ -46,10 +56,10 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
             json_reply(StatusCode::OK, &doc)
         }
         (&hyper::Method::GET, "/metrics") => {
-            let mut text = metrics(&ctl);
-            if let Some(s) = ctl.sched.get() {
-                text += &crate::sched::http::metrics(s).await;
-            }
+            use prometheus::Encoder;
+            let mut out = Vec::new();
+            let _ = prometheus::TextEncoder::new().encode(&families(&ctl).await, &mut out);
+            let text = String::from_utf8(out).unwrap_or_default();
             (StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         _ => {

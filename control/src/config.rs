@@ -43,7 +43,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub tls: Option<TlsSection>,
     /// An OpenTelemetry collector's OTLP/HTTP base URL (e.g. `http://otel:4318`): scheduler
-    /// runs are exported as spans. Default none.
+    /// runs are exported as spans, and `/metrics`'s metrics every
+    /// `OTEL_METRIC_EXPORT_INTERVAL` ms (10 s by default). Default none.
     #[serde(default)]
     pub otlp_endpoint: Option<String>,
     /// The CloudEvents scheduler. Default: none.

@@ -79,6 +79,12 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
             ),
         ]);
     }
+    if ctl.settings.otlp_endpoint.is_some() {
+        tasks.push(worker::spawn(
+            b.handle("otel-metrics"),
+            otel::bridge(ctl.clone(), b.handle("otel-metrics"), stop.clone()),
+        ));
+    }
     tasks.push(worker::spawn(
         b.handle("status"),
         api::serve(ctl.clone(), b.handle("status"), listener, stop.clone()),

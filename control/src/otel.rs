@@ -1,29 +1,51 @@
 //! floe-control's OpenTelemetry export over OTLP/HTTP, on when `otlp_endpoint` names a
 //! collector: one span per scheduler run (`sched.run`), a child of the trace its event carried
 //! (the CloudEvents distributed-tracing extension, `traceparent`), whose context the worker
-//! gets as `TRACEPARENT`. Exporters run on the SDK's own threads.
+//! gets as `TRACEPARENT`; and every metric `GET /metrics` serves ([`bridge`]). Exporters run on
+//! the SDK's own threads.
 
-use std::sync::OnceLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use floe_core::trace::TraceParent;
+use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider};
 use opentelemetry::trace::{Span, SpanKind, Tracer, TracerProvider};
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
+use prometheus::proto::{Metric, MetricFamily, MetricType};
+
+use crate::state::Control;
+use crate::worker::{self, Activity, Handle, Shutdown};
 
 struct Otel {
     tracer: SdkTracer,
+    meter: Meter,
     _provider: SdkTracerProvider,
+    _metrics: SdkMeterProvider,
 }
 
 static OTEL: OnceLock<Otel> = OnceLock::new();
 
-/// Starts the exporter toward `endpoint` (e.g. `http://collector:4318`). Call before the async
-/// runtime starts: the HTTP exporter builds a blocking client.
+/// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` ms, else 10 s (a scrape
+/// interval's worth; the SDK's own default, 60 s, is coarser than Prometheus's).
+fn export_interval() -> Duration {
+    let ms = std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    Duration::from_millis(ms)
+}
+
+/// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`). Call before the async
+/// runtime starts: the HTTP exporters build a blocking client.
 pub fn init(endpoint: &str) -> anyhow::Result<()> {
+    let base = endpoint.trim_end_matches('/');
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
@@ -36,19 +58,126 @@ pub fn init(endpoint: &str) -> anyhow::Result<()> {
         .build();
     let spans = SpanExporter::builder()
         .with_http()
-        .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+        .with_endpoint(format!("{base}/v1/traces"))
         .build()
         .context("building the OTLP span exporter")?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(spans)
         .with_id_generator(floe_core::trace::Preset::default())
+        .with_resource(resource.clone())
+        .build();
+    let exporter = MetricExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{base}/v1/metrics"))
+        .build()
+        .context("building the OTLP metric exporter")?;
+    let reader = PeriodicReader::builder(exporter)
+        .with_interval(export_interval())
+        .build();
+    let metrics = SdkMeterProvider::builder()
+        .with_reader(reader)
         .with_resource(resource)
         .build();
     let _ = OTEL.set(Otel {
         tracer: provider.tracer("floe-control"),
+        meter: metrics.meter("floe-control"),
         _provider: provider,
+        _metrics: metrics,
     });
     Ok(())
+}
+
+/// The families last gathered, by name: what the instruments' callbacks report.
+type Snapshot = Arc<ArcSwap<HashMap<String, MetricFamily>>>;
+
+/// The `otel-metrics` worker: every export interval it gathers the families `GET /metrics`
+/// serves (async: the queue's depth is read from its store) into a snapshot that the SDK's
+/// observable instruments report when it collects, so OTLP and Prometheus carry the same
+/// metrics under the same names (values up to one interval apart). A family seen for the first
+/// time gets its instrument then. Counters become OTel counters (named without `_total`, which
+/// Prometheus exporters add back), gauges gauges, histograms their `_count` and `_sum` counters
+/// (the SDK takes no pre-bucketed histogram). Stops at once when OTLP is off.
+pub async fn bridge(ctl: Arc<Control>, h: Handle, mut stop: Shutdown) {
+    let Some(meter) = OTEL.get().map(|o| o.meter.clone()) else {
+        h.set(Activity::Stopped, "OTLP export is off");
+        return;
+    };
+    let snap = Snapshot::default();
+    let mut known = HashSet::new();
+    loop {
+        h.set(Activity::Working, "gathering");
+        let families = crate::api::families(&ctl).await;
+        for f in &families {
+            if known.insert(f.name().to_owned()) {
+                register(&meter, f, &snap);
+            }
+        }
+        let by_name = families
+            .into_iter()
+            .map(|f| (f.name().to_owned(), f))
+            .collect();
+        snap.store(Arc::new(by_name));
+        h.done();
+        if worker::pause(&mut stop, export_interval()).await {
+            break;
+        }
+    }
+    h.set(Activity::Stopped, "");
+}
+
+/// Registers the observable instrument(s) reporting family `f` from `snap`.
+fn register(meter: &Meter, f: &MetricFamily, snap: &Snapshot) {
+    let name = f.name().to_owned();
+    let help = f.help().to_owned();
+    let read = |value: fn(&Metric) -> f64| {
+        let (snap, name) = (snap.clone(), name.clone());
+        move |o: &dyn AsyncInstrument<f64>| observe(&snap, &name, value, o)
+    };
+    match f.type_() {
+        MetricType::COUNTER => {
+            let otel = name.strip_suffix("_total").unwrap_or(&name).to_owned();
+            meter
+                .f64_observable_counter(otel)
+                .with_description(help)
+                .with_callback(read(|m| m.counter.value()))
+                .build();
+        }
+        MetricType::GAUGE => {
+            meter
+                .f64_observable_gauge(name.clone())
+                .with_description(help)
+                .with_callback(read(|m| m.gauge.value()))
+                .build();
+        }
+        MetricType::HISTOGRAM => {
+            meter
+                .f64_observable_counter(format!("{name}_count"))
+                .with_description(help.clone())
+                .with_callback(read(|m| m.histogram.sample_count() as f64))
+                .build();
+            meter
+                .f64_observable_counter(format!("{name}_sum"))
+                .with_description(help)
+                .with_callback(read(|m| m.histogram.sample_sum()))
+                .build();
+        }
+        // floe-control registers no summaries or untyped metrics.
+        _ => {}
+    }
+}
+
+/// Reports every series of family `name` in `snap`, its labels as attributes.
+fn observe(snap: &Snapshot, name: &str, value: fn(&Metric) -> f64, o: &dyn AsyncInstrument<f64>) {
+    let s = snap.load();
+    let Some(f) = s.get(name) else { return };
+    for m in &f.metric {
+        let attrs: Vec<KeyValue> = m
+            .label
+            .iter()
+            .map(|l| KeyValue::new(l.name().to_owned(), l.value().to_owned()))
+            .collect();
+        o.observe(value(m), &attrs);
+    }
 }
 
 /// A run's place in its trace: a new span under the event's `traceparent` when exporting,

@@ -21,12 +21,12 @@ pub fn document(ctl: &Control) -> Value {
     })
 }
 
-/// The control plane's progress as Prometheus text (`GET /metrics`): per followed table, the
-/// objects to warm and warmed on its last commit, the bytes warmed and prefetched, the commits
-/// seen; and the file map's size. Built from the state at each scrape, in a registry of its
-/// own (label values escaped by the prometheus crate's encoder).
-pub fn metrics(ctl: &Control) -> String {
-    use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+/// The control plane's progress as metric families (`GET /metrics`, OTLP): per followed
+/// table, the objects to warm and warmed on its last commit, the bytes warmed and prefetched,
+/// the commits seen; and the file map's size. Built from the state at each scrape, in a
+/// registry of its own (label values escaped by the prometheus crate's encoder).
+pub fn metric_families(ctl: &Control) -> Vec<prometheus::proto::MetricFamily> {
+    use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
     let reg = Registry::new();
     let vec = |name: &str, help: &str, labels: &[&str]| {
         let g = IntGaugeVec::new(Opts::new(name, help), labels).ok()?;
@@ -77,9 +77,7 @@ pub fn metrics(ctl: &Control) -> String {
         g.set(n(ctl.files.len() as u64));
         let _ = reg.register(Box::new(g));
     }
-    let mut out = Vec::new();
-    let _ = TextEncoder::new().encode(&reg.gather(), &mut out);
-    String::from_utf8(out).unwrap_or_default()
+    reg.gather()
 }
 
 /// Renders the status document for a terminal.

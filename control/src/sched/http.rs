@@ -197,8 +197,8 @@ async fn runs(s: &Arc<Scheduler>, p: &Parts) -> Reply {
 }
 
 /// The scheduler's metrics: its counters, and the queue's depth read at scrape time.
-pub async fn metrics(s: &Scheduler) -> String {
-    use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+pub async fn metric_families(s: &Scheduler) -> Vec<prometheus::proto::MetricFamily> {
+    use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
     let mut families = s.metrics.registry.gather();
     let reg = Registry::new();
     if let (Ok(d), Ok(g)) = (
@@ -226,7 +226,5 @@ pub async fn metrics(s: &Scheduler) -> String {
         let _ = reg.register(Box::new(g));
     }
     families.extend(reg.gather());
-    let mut out = Vec::new();
-    let _ = TextEncoder::new().encode(&families, &mut out);
-    String::from_utf8(out).unwrap_or_default()
+    families
 }
