@@ -178,6 +178,23 @@ def test_a_run_killed_with_its_floe_control_is_retried_under_a_new_generation_an
     assert "done with" in runs[1]["log"]
 
 
+def test_a_graceful_stop_gives_the_runs_attempt_back_so_a_restart_fails_nothing(tmp_path, store):
+    out = tmp_path / "out.jsonl"
+    s = Sched(tmp_path, store, [deployment("once", out, [], sleep=2, retries=0)])
+    try:
+        code, doc = s.call("POST", "/deployments/once/dispatch")
+        assert code == 202, doc
+        s.wait(lambda r: r and lines(out), "the run to start")
+        s.stop()  # SIGTERM: the worker is killed and the run recorded as stopped
+        s.start()
+        runs = s.wait(lambda r: ok_runs(r, "once"), "the run to finish after the restart")
+    finally:
+        s.stop()
+    runs = sorted(runs, key=lambda r: r["generation"])
+    assert [(r["attempt"], r["generation"], r["result"]) for r in runs] == [(1, 1, "stopped"), (1, 2, "ok")]
+    assert "attempt given back" in runs[0]["note"]
+
+
 def test_a_stalled_holders_completion_is_refused_after_another_instance_took_the_run(tmp_path, store):
     out = tmp_path / "out.jsonl"
     deps = [deployment("slow", out, [], sleep=3)]

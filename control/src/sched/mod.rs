@@ -372,7 +372,7 @@ impl Scheduler {
             .runs
             .with_label_values(&[d.name.as_str(), o.result])
             .inc();
-        let retry = (o.result != "ok")
+        let retry = (o.result != "ok" && o.result != "stopped")
             .then(|| queue::retry_at(now_ms(), l.attempt, d.backoff.as_millis() as u64));
         let finished = self
             .queue

@@ -69,8 +69,9 @@ pub struct Lease {
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// `ok`, `error` (non-zero exit), `timeout`, `lost` (lease lost while running) or
-    /// `spawn` (the program could not start).
+    /// `ok`, `error` (non-zero exit), `timeout`, `lost` (lease lost while running), `spawn`
+    /// (the program could not start) or `stopped` (this instance shut down: the job is queued
+    /// again with its attempt given back).
     pub result: &'static str,
     /// Exit code, when it exited.
     pub exit_code: Option<i32>,

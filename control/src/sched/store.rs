@@ -289,28 +289,33 @@ impl Queue for SqlStore {
 
     async fn finish(&self, l: &Lease, o: &Outcome, retry_at: Option<i64>) -> Result<Finished> {
         let mut tx = self.pool.begin().await?;
-        let (state, due) = match (o.result, retry_at) {
-            ("ok", _) => ("done", 0),
-            (_, Some(at)) if l.attempt < l.max_attempts => ("ready", at),
-            _ => ("failed", 0),
+        // A graceful stop is this instance's doing, not the run's: the job is queued again at
+        // once with its attempt given back, so a rolling restart fails no `retries: 0` job.
+        let (state, due, given_back) = match (o.result, retry_at) {
+            ("ok", _) => ("done", 0, 0_i64),
+            ("stopped", _) => ("ready", o.ended_ms, 1),
+            (_, Some(at)) if l.attempt < l.max_attempts => ("ready", at, 0),
+            _ => ("failed", 0, 0),
         };
         let r = sqlx::query(self.sql(
-            "UPDATE floe_jobs SET state = $3, due_ms = $4, holder = '', lease_until_ms = 0
-             WHERE id = $1 AND generation = $2 AND state = 'running'",
+            "UPDATE floe_jobs SET state = $3, due_ms = $4, attempt = attempt - $5, holder = '',
+             lease_until_ms = 0 WHERE id = $1 AND generation = $2 AND state = 'running'",
         ))
         .bind(&l.id)
         .bind(l.generation)
         .bind(state)
         .bind(due)
+        .bind(given_back)
         .execute(&mut *tx)
         .await?;
         let accepted = r.rows_affected() == 1;
-        let note = match (accepted, state) {
-            (false, _) => format!(
+        let note = match (accepted, state, given_back) {
+            (false, _, _) => format!(
                 "completion ({}) refused: generation {} is stale; ",
                 o.result, l.generation
             ),
-            (true, "ready") => format!("retry at {}; ", super::cron::Schedule::rfc3339(due)),
+            (true, _, 1) => "stopped by a shutdown: queued again, attempt given back; ".into(),
+            (true, "ready", _) => format!("retry at {}; ", super::cron::Schedule::rfc3339(due)),
             _ => String::new(),
         };
         sqlx::query(self.sql(
