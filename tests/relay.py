@@ -1,8 +1,9 @@
 """A counting TCP relay between Floe and the origin: the origin's request log for tests.
 
 It counts every byte Floe sends to the origin (so a test can prove nothing arrived), can cut
-the next response mid-stream with a TCP reset (origin killed mid-GET), and can go down
-entirely (origin unreachable: connection refused).
+the next response mid-stream with a TCP reset (origin killed mid-GET), can stall every Nth
+matching request (a slow origin connection), and can go down entirely (origin unreachable:
+connection refused).
 """
 import collections
 import re
@@ -26,6 +27,9 @@ class Relay:
         # Answered 503 here (an origin refusing writes): a method ("PUT"), or a method and a
         # target prefix ("PUT /bucket/staged/").
         self.refuse = set()
+        # Every `slow_every`-th request whose line starts with `slow_prefix` is held `slow_for`
+        # seconds before it is forwarded (a stalled origin connection); `slowed` counts them.
+        self.slow_prefix, self.slow_every, self.slow_for, self.slow_seen, self.slowed = None, 0, 0.0, 0, 0
         self.conns = set()
         self.listener = None
         self.port = None
@@ -71,6 +75,10 @@ class Relay:
         with self.lock:
             return self.requests[method]
 
+    def slow(self, prefix, every, seconds):
+        with self.lock:
+            self.slow_prefix, self.slow_every, self.slow_for, self.slow_seen = prefix, every, seconds, 0
+
     def cut_next_response(self, after_bytes):
         with self.lock:
             self.cut_after = after_bytes
@@ -94,6 +102,7 @@ class Relay:
     def _pump(self, src, dst, to_origin):
         budget = None
         while True:
+            stall = 0
             try:
                 data = src.recv(65536)
             except OSError:
@@ -115,6 +124,11 @@ class Relay:
                         tp = TRACEPARENT.search(data)
                         if tp:
                             self.traceparents.append(tp.group(1).decode())
+                        line = f"{m.group(1).decode()} {m.group(2).decode()}"
+                        if self.slow_prefix and line.startswith(self.slow_prefix):
+                            self.slow_seen += 1
+                            if self.slow_seen % self.slow_every == 0:
+                                stall, self.slowed = self.slow_for, self.slowed + 1
                 elif budget is None and self.cut_after is not None:
                     budget, self.cut_after = self.cut_after, None
             if to_origin and m and self._refused(m.group(1).decode(), m.group(2).decode()):
@@ -127,6 +141,8 @@ class Relay:
                 return
             if to_origin and m and self.delay:
                 time.sleep(self.delay)  # simulated origin latency, not synchronisation
+            if stall:
+                time.sleep(stall)  # a stalled origin connection (the fault), not synchronisation
             if budget is not None and not to_origin:
                 if len(data) >= budget:
                     try:

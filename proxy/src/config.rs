@@ -201,6 +201,38 @@ pub struct OriginSection {
     /// Circuit breaker settings.
     #[serde(default)]
     pub breaker: BreakerSection,
+    /// Hedged reads for the block cache's fills. Default none (off): each hedge is one more
+    /// GET the origin bills and serves, worth it when the origin's tail is long (S3's is).
+    #[serde(default)]
+    pub hedge: Option<HedgeSection>,
+}
+
+/// When a fill's ranged GET has not answered (response headers in) after `after_ms`, or after
+/// the `percentile` of the origin's observed first-byte latency, one more GET for the same
+/// bytes goes out and the first answer is used; at most `max_share` of reads are hedged.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HedgeSection {
+    /// A fixed wait in milliseconds before hedging. Default none: the observed percentile,
+    /// which follows the origin (hedging starts after its first 64 answers).
+    #[serde(default)]
+    pub after_ms: Option<u64>,
+    /// The percentile of observed first-byte latency a read waits before it is hedged.
+    /// Default 95: the slowest 5% are the tail hedging cuts, at a few percent more GETs.
+    #[serde(default = "default_hedge_percentile")]
+    pub percentile: f64,
+    /// Largest share of reads hedged, 0..0.5. Default 0.05: when the whole origin is slow,
+    /// hedging every read would only double its load.
+    #[serde(default = "default_hedge_share")]
+    pub max_share: f64,
+}
+
+fn default_hedge_percentile() -> f64 {
+    95.0
+}
+
+fn default_hedge_share() -> f64 {
+    0.05
 }
 
 /// The in-process S3 server over a folder.

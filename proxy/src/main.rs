@@ -13,6 +13,7 @@ mod catalog_mode;
 mod chain;
 mod config;
 mod embedded;
+mod hedge;
 mod metrics;
 mod mode;
 mod origin;

@@ -53,6 +53,25 @@ pub static ORIGIN_FAILURES: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
     .ok()
 });
 
+/// Fills' ranged GETs to origins with hedging on, by origin and hedge outcome: `none` (in
+/// time), `refused` (late, budget spent), `won` or `lost` (hedged: whose answer was used). The
+/// hedged share is (won + lost) / all.
+pub static RANGE_READS: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "floe_origin_range_reads_total",
+        "Ranged origin GETs of fills on origins that hedge, by hedge outcome",
+        &["origin", "hedge"]
+    )
+    .ok()
+});
+
+/// Counts one hedged-origin ranged read.
+pub fn range_read(origin: &str, outcome: crate::hedge::Outcome) {
+    if let Some(c) = RANGE_READS.as_ref() {
+        c.with_label_values(&[origin, outcome.label()]).inc();
+    }
+}
+
 /// One finished request, as metrics and traces see it.
 pub struct Finished<'a> {
     /// x-amz-request-id.

@@ -115,6 +115,8 @@ pub struct Origin {
     read_timeout: Duration,
     /// The circuit breaker.
     pub breaker: Breaker,
+    /// Hedged fills, when on.
+    pub hedge: Option<crate::hedge::Hedge>,
 }
 
 impl Origin {
@@ -151,6 +153,7 @@ impl Origin {
             connect_timeout: Duration::from_millis(spec.connect_timeout_ms),
             read_timeout: Duration::from_millis(spec.read_timeout_ms),
             breaker: Breaker::new(spec.breaker_failures, spec.breaker_open_ms),
+            hedge: spec.hedge.map(crate::hedge::Hedge::new),
         }
     }
 

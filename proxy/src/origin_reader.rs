@@ -309,6 +309,27 @@ impl OriginReader for PingoraOriginReader {
         first: u64,
         last: u64,
     ) -> Result<Box<dyn ByteStream>, OriginError> {
+        let Some(hedge) = self.origin.hedge.as_ref() else {
+            return self.range_once(bucket, key, etag, first, last).await;
+        };
+        let (r, outcome) = hedge
+            .run(move || self.range_once(bucket, key, etag, first, last))
+            .await;
+        crate::metrics::range_read(&self.origin.name, outcome);
+        r
+    }
+}
+
+impl PingoraOriginReader {
+    /// One ranged GET of version `etag` (`If-Match`), answered once its headers are in.
+    async fn range_once(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        etag: &ETag,
+        first: u64,
+        last: u64,
+    ) -> Result<Box<dyn ByteStream>, OriginError> {
         let extra = [
             ("range", format!("bytes={first}-{last}")),
             ("if-match", etag.as_str().to_owned()),

@@ -80,6 +80,8 @@ pub struct OriginSpec {
     pub breaker_failures: u32,
     /// Breaker open time.
     pub breaker_open_ms: u64,
+    /// Hedged fills, when on.
+    pub hedge: Option<crate::hedge::Policy>,
 }
 
 /// A route, validated.
@@ -323,6 +325,11 @@ fn origin(cx: &Ctx<'_>, name: &str, o: &OriginSection) -> Result<OriginSpec, Con
     if failures == 0 {
         return Err(cx.err(format!("{key}.breaker.failures"), "must be at least 1"));
     }
+    let hedge = o
+        .hedge
+        .as_ref()
+        .map(|h| hedge_policy(cx, &key, h))
+        .transpose()?;
     Ok(OriginSpec {
         name: name.to_owned(),
         place,
@@ -335,5 +342,33 @@ fn origin(cx: &Ctx<'_>, name: &str, o: &OriginSection) -> Result<OriginSpec, Con
         read_timeout_ms: o.read_timeout_ms,
         breaker_failures: failures,
         breaker_open_ms: open_ms,
+        hedge,
+    })
+}
+
+fn hedge_policy(
+    cx: &Ctx<'_>,
+    key: &str,
+    h: &crate::config::HedgeSection,
+) -> Result<crate::hedge::Policy, ConfigError> {
+    if !(50.0..=99.9).contains(&h.percentile) {
+        return Err(cx.err(
+            format!("{key}.hedge.percentile"),
+            format!("{} is outside 50..99.9", h.percentile),
+        ));
+    }
+    if !(h.max_share > 0.0 && h.max_share <= 0.5) {
+        return Err(cx.err(
+            format!("{key}.hedge.max_share"),
+            format!("{} is outside (0, 0.5]", h.max_share),
+        ));
+    }
+    if h.after_ms == Some(0) {
+        return Err(cx.err(format!("{key}.hedge.after_ms"), "must be at least 1"));
+    }
+    Ok(crate::hedge::Policy {
+        after: h.after_ms.map(std::time::Duration::from_millis),
+        quantile: h.percentile / 100.0,
+        max_share: h.max_share,
     })
 }

@@ -207,3 +207,37 @@ fn catalog_route_is_validated() {
     );
     assert_eq!(c.ttl.as_secs(), 30);
 }
+
+#[test]
+fn hedge_settings_are_checked_and_default_to_the_p95_and_five_percent() {
+    let route = "routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n";
+    let o = |h: &str| {
+        with(&format!(
+            "origins:\n  o:\n    endpoint: http://127.0.0.1:1\n    hedge: {h}\n{route}"
+        ))
+    };
+    assert_eq!(
+        fails(&o("{percentile: 100}")).key,
+        "origins.o.hedge.percentile"
+    );
+    assert_eq!(
+        fails(&o("{max_share: 0.9}")).key,
+        "origins.o.hedge.max_share"
+    );
+    assert_eq!(fails(&o("{after_ms: 0}")).key, "origins.o.hedge.after_ms");
+    assert!(fails(&o("{percentil: 95}"))
+        .to_string()
+        .contains("percentil"));
+    let s = parse("test.yaml", &o("{}"), &env).unwrap();
+    let h = s.origins["o"].hedge.unwrap();
+    assert_eq!((h.after, h.quantile, h.max_share), (None, 0.95, 0.05));
+    let s = parse(
+        "test.yaml",
+        &with(&format!(
+            "origins:\n  o:\n    endpoint: http://127.0.0.1:1\n{route}"
+        )),
+        &env,
+    )
+    .unwrap();
+    assert!(s.origins["o"].hedge.is_none(), "off unless set");
+}
