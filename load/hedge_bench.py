@@ -27,7 +27,7 @@ BUCKET = conftest.BUCKET
 OBJECTS, SIZE, RANGE, CLIENTS, PASSES = 400, 128 << 10, 64 << 10, 2, 3
 READS = OBJECTS  # one read per object: each is a fill of its own (an object is one block)
 STALL_EVERY, STALL_S, DELAY_S = 40, 1.0, 0.02
-PERF = ROOT / "load" / "PERFORMANCE.md"
+from perfdoc import write_section  # noqa: E402
 BEGIN, END = "<!-- hedge section: written by load/hedge_bench.py -->", "<!-- hedge section end -->"
 
 
@@ -147,12 +147,7 @@ The max stays near the stall: the stalls among a fresh Floe's first 64 answers c
 
 {END}
 """
-    perf = PERF.read_text()
-    if BEGIN in perf and END in perf:
-        perf = perf[:perf.index(BEGIN)] + text + perf[perf.index(END) + len(END) + 1:]
-    else:
-        perf += "\n" + text
-    PERF.write_text(perf)
+    write_section(BEGIN, END, text)
     print(text)
 
 

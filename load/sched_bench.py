@@ -24,7 +24,7 @@ TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", pathlib.Path.home() / "
 os.environ.setdefault("FLOE_CONTROL_BIN", str(TARGET / "release" / "floe-control"))
 from test_scheduler import Sched  # noqa: E402
 
-PERF = ROOT / "load" / "PERFORMANCE.md"
+from perfdoc import write_section  # noqa: E402
 BEGIN = "<!-- scheduler section: written by load/sched_bench.py -->"
 END = "<!-- scheduler section end -->"
 PACED = 300      # latency: events posted one at a time, 50 per second
@@ -109,13 +109,8 @@ def main():
     for name, r in rows.items():
         lines.append(f"| {name} | {r['p50']} | {r['p99']} | {r['ingest']:.0f} | {r['total']:.0f} | {r['total'] / floor:.2f}x |")
     lines += [f"| peer: spawn /bin/true from Python | | | | {floor:.0f} | 1.00x |", "", END]
-    text = PERF.read_text()
     block = "\n".join(lines) + "\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END) + 1:]
-    else:
-        text += "\n" + block
-    PERF.write_text(text)
+    write_section(BEGIN, END, block)
     print(block)
 
 

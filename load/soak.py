@@ -42,7 +42,7 @@ REPORT = os.environ.get("SOAK_REPORT", "1") == "1"
 OBJECTS, SIZE, RANGE, CLIENTS, SAMPLE = 48, 4 << 20, 64 << 10, 8, 5
 BUCKET = conftest.BUCKET
 HTTP = urllib3.PoolManager(maxsize=CLIENTS * 2, retries=False)
-PERF = ROOT / "load" / "PERFORMANCE.md"
+from perfdoc import write_section  # noqa: E402
 BEGIN, END = "<!-- soak section: written by load/soak.py -->", "<!-- soak section end -->"
 
 
@@ -345,12 +345,7 @@ answer's bytes were checked against the version its ETag names.
 
 {END}
 """
-    perf = PERF.read_text()
-    if BEGIN in perf and END in perf:
-        perf = perf[:perf.index(BEGIN)] + text + perf[perf.index(END) + len(END) + 1:]
-    else:
-        perf += "\n" + text
-    PERF.write_text(perf)
+    write_section(BEGIN, END, text)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from fleet import start_fleet, wait_until  # noqa: E402
 from test_writeback import WB  # noqa: E402
 
 MiB = 1 << 20
-PERF = ROOT / "load" / "PERFORMANCE.md"
+from perfdoc import write_section  # noqa: E402
 BEGIN = "<!-- writeback section: written by load/writeback_bench.py -->"
 END = "<!-- writeback section end -->"
 ROUNDS = 40
@@ -172,14 +172,7 @@ def report(rows, staged):
     lines += ["", f"Propagation meanwhile (node 0's `/writeback` at the end): {staged['propagated']} writes"
               f" propagated, {staged['dirty_objects']} still staged.", "",
               "Encode throughput per core: see \"Write-back codec\" above.", "", END]
-    text = PERF.read_text()
-    block = "\n".join(lines) + "\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END) + 1:]
-    else:
-        fleet = text.find("<!-- fleet section")
-        text = text[:fleet] + block + "\n" + text[fleet:] if fleet >= 0 else text + "\n" + block
-    PERF.write_text(text)
+    write_section(BEGIN, END, "\n".join(lines) + "\n", before="<!-- fleet section")
     print("\n".join(lines))
 
 

@@ -31,23 +31,25 @@ def start(tmp_path, relay, hedge):
     return floe
 
 
-def put_objects(direct, prefix):
+def resolved_objects(direct, floe, prefix):
+    """READS objects at the origin, each resolved by Floe (a HEAD), so every GET after is a
+    fill; a client of Floe and the bodies."""
     bodies = {}
     for i in range(READS):
         key = f"{prefix}/{i:02d}.bin"
         bodies[key] = os.urandom(256 << 10)
         direct.put_object(Bucket=BUCKET, Key=key, Body=bodies[key])
-    return bodies
+    s3 = s3_client(floe.port)
+    for key in bodies:
+        s3.head_object(Bucket=BUCKET, Key=key)
+    return s3, bodies
 
 
 def test_a_stalled_fill_is_hedged_and_the_hedges_answer_is_served(minio, direct, tmp_path):
     relay = Relay(minio.port)
     floe = start(tmp_path, relay, "{after_ms: 200, max_share: 0.5}")
     try:
-        bodies = put_objects(direct, "hedge/a")
-        s3 = s3_client(floe.port)
-        for key in bodies:  # resolved first: every GET below is a fill
-            s3.head_object(Bucket=BUCKET, Key=key)
+        s3, bodies = resolved_objects(direct, floe, "hedge/a")
         relay.slow(f"GET /{BUCKET}/hedge/a/", every=5, seconds=3)
         for key, body in bodies.items():
             got = s3.get_object(Bucket=BUCKET, Key=key, Range="bytes=1000-70999")["Body"].read()
@@ -67,10 +69,7 @@ def test_hedges_stay_within_their_share_when_the_origin_is_slow_for_everyone(min
     relay = Relay(minio.port)
     floe = start(tmp_path, relay, "{after_ms: 50, max_share: 0.1}")
     try:
-        bodies = put_objects(direct, "hedge/b")
-        s3 = s3_client(floe.port)
-        for key in bodies:
-            s3.head_object(Bucket=BUCKET, Key=key)
+        s3, bodies = resolved_objects(direct, floe, "hedge/b")
         relay.slow(f"GET /{BUCKET}/hedge/b/", every=1, seconds=0.3)  # every GET is late
         for key, body in bodies.items():
             got = s3.get_object(Bucket=BUCKET, Key=key, Range="bytes=0-65535")["Body"].read()
