@@ -23,6 +23,7 @@ pub mod expiry;
 pub mod fleet;
 pub mod footer;
 pub mod heat;
+pub mod hints;
 pub mod http;
 pub mod mapper;
 pub mod node;

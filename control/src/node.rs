@@ -222,6 +222,16 @@ impl NodeClient {
         self.send(req).await.map(|_| ())
     }
 
+    /// Publishes one table's column chunks in `bucket` (see floe-proxy's `POST /chunks`).
+    pub async fn chunks(&self, bucket: &str, body: &wire::ChunksBody) -> Result<(), NodeError> {
+        let req = self
+            .http
+            .post(format!("{}/chunks", self.node.admin))
+            .query(&[("bucket", bucket)])
+            .json(body);
+        self.send(req).await.map(|_| ())
+    }
+
     /// Client reads on the node waiting on origin fills right now.
     pub async fn foreground_misses(&self) -> Result<u64, NodeError> {
         let req = self.http.get(format!("{}/stats", self.node.admin));

@@ -192,6 +192,7 @@ pub async fn warm_commit(
         t.warm.total += live.len() as u64;
     });
     let mapped = crate::footer::footers(ctl, &c.name, &live).await;
+    crate::hints::publish(ctl, &c.name, &mapped).await;
     ctl.files.publish_table(&c.name, mapped);
     let gone = crate::expiry::replaced(ctl, &c.name, data_keys.into_iter().collect());
     let grace = crate::expiry::grace(ctl, meta.properties());

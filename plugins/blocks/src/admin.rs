@@ -11,6 +11,9 @@
 //! - `GET /accesses[?max=N]` -> drains the access queue (served reads) for the heat ledger.
 //! - `POST /classify?bucket=B&store=metadata|data` with a body of keys, one per line -> those
 //!   keys are immutable table files of that store; this outranks the path rules.
+//! - `POST /chunks?bucket=B` with a [`wire::ChunksBody`] -> one table's column chunks per live
+//!   data file (the control plane's file map), for column-chunk fills; `GET /chunks?bucket=B&key=K`
+//!   -> the chunks held for one file, as `[start, len, ...]`.
 //! - `POST /settle` -> answers once every block and mapping written so far is on disk (before
 //!   a planned stop, or a test's kill -9).
 
@@ -27,6 +30,7 @@ use floe_core::{BucketName, ObjectKey};
 use crate::cache::{BlockCache, StoreStats};
 use crate::classify::Store;
 use crate::filter::BlockFilter;
+use crate::hints::FileChunks;
 use crate::ops::{OpError, ReadSpan};
 use crate::store::BlockStore;
 
@@ -158,6 +162,55 @@ impl BlocksAdmin {
     }
 }
 
+impl BlocksAdmin {
+    /// `POST /chunks`: one table's column chunks.
+    fn publish_chunks(&self, req: &AdminRequest) -> AdminResponse {
+        if let Err(r) = self.route(req) {
+            return r;
+        }
+        let body: wire::ChunksBody = match serde_json::from_slice(&req.body) {
+            Ok(b) => b,
+            Err(e) => return AdminResponse::error(400, format!("chunks body: {e}")),
+        };
+        let files = body
+            .files
+            .into_iter()
+            .map(|f| {
+                let pairs = f.c.chunks_exact(2).map(|p| (p[0], p[1]));
+                (f.k, FileChunks::new(f.s, pairs))
+            })
+            .collect();
+        let hints = &self.cache.hints;
+        let p = hints.publish(req.param("bucket"), &body.table, body.replace, files);
+        let chunks = hints.chunks() as u64;
+        AdminResponse::doc(
+            200,
+            &wire::ChunksDoc {
+                files: p.files,
+                refused: p.refused,
+                chunks,
+            },
+        )
+    }
+
+    /// `GET /chunks`: one file's chunks, `[start, len, ...]`.
+    fn file_chunks(&self, req: &AdminRequest) -> AdminResponse {
+        let (bucket, key) = (req.param("bucket"), req.param("key"));
+        match self.cache.hints.get(bucket, key, None) {
+            Some(f) => {
+                let c: Vec<u64> = f.chunks.iter().flat_map(|(s, e)| [*s, e - s]).collect();
+                let doc = wire::FileChunksDoc {
+                    k: key.to_owned(),
+                    s: f.size,
+                    c,
+                };
+                AdminResponse::doc(200, &doc)
+            }
+            None => AdminResponse::error(404, format!("no chunks held for {bucket}/{key}")),
+        }
+    }
+}
+
 #[async_trait]
 impl AdminHandler for BlocksAdmin {
     async fn handle(&self, req: &AdminRequest) -> Option<AdminResponse> {
@@ -166,6 +219,8 @@ impl AdminHandler for BlocksAdmin {
             ("GET", "/object") => self.object(req).await,
             ("GET", "/accesses") => self.accesses(req),
             ("POST", "/classify") => self.classify(req),
+            ("POST", "/chunks") => self.publish_chunks(req),
+            ("GET", "/chunks") => self.file_chunks(req),
             ("POST", "/purge") => self.purge(req).await,
             ("POST", "/settle") => {
                 self.cache.settle().await;
@@ -210,6 +265,8 @@ pub fn stats(c: &BlockCache) -> wire::StatsDoc {
         accesses_dropped: c.access.dropped(),
         data: store_stats(&c.data, &c.data_stats, c.settings.data.disk_bytes),
         metadata: store_stats(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
+        hint_chunks: c.hints.chunks() as u64,
+        small_reads: c.neighbours.counts(),
     }
 }
 

@@ -48,6 +48,9 @@ pub enum Fill {
     Range,
     /// The whole block: later reads of its other bytes hit, at up to 2x the cold bytes.
     Block,
+    /// As `Range`, and a small read's miss fills the whole block while small reads' neighbours
+    /// keep coming (see [`crate::neighbours`]).
+    Auto,
 }
 
 /// Why the cache could not open.
@@ -98,6 +101,10 @@ pub struct BlockCache {
     /// yields to them). Touched only on the miss path.
     pub foreground_misses: AtomicU64,
     pub(crate) sketch: Sketch,
+    /// Column-chunk ranges of live table files (published by the control plane).
+    pub hints: crate::hints::ChunkHints,
+    /// Whether small reads' neighbours come (`fill: auto`).
+    pub neighbours: crate::neighbours::Neighbours,
     /// Recently served blocks (warmth hand-over in a fleet).
     pub hot: crate::hot::HotList,
     pub(crate) inflight: Inflight,
@@ -147,6 +154,8 @@ impl BlockCache {
             access: AccessLog::default(),
             foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
+            hints: Default::default(),
+            neighbours: Default::default(),
             hot: crate::hot::HotList::default(),
             inflight: Inflight::default(),
             run_split,

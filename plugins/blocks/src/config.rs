@@ -41,11 +41,15 @@ pub struct CacheSection {
     /// Default 2 (second touch): one-touch scans cannot evict the hot set.
     #[serde(default = "default_admission")]
     pub admission_threshold: u8,
-    /// What a client read's miss of a data block fetches: `range` (default) fetches only the
-    /// bytes the read needs and keeps them as a span of the block (plus the rest of the block
-    /// when a read continues where a cached span ends), so a cold random read costs the origin
-    /// what it costs without Floe; `block` fetches whole blocks (read-ahead for free, up to 2x
-    /// the cold origin bytes for random ranges). Metadata-store blocks and warms are whole.
+    /// What a client read's miss of a data block fetches. `auto` (default): as `range`, and a
+    /// small read (< 256 KiB) fills its whole block while recent small reads' neighbours in
+    /// the same blocks keep coming (one round trip then serves them all). `range` fetches
+    /// only the bytes the read needs and keeps them as a span of the block (plus the rest of
+    /// the block when a read continues where a cached span ends), so a cold random read costs
+    /// the origin what it costs without Floe; `block` fetches whole blocks (read-ahead for
+    /// free, up to 2x the cold origin bytes for random ranges). In every mode a read starting
+    /// at a column chunk the control plane published fetches on to the chunk's end (at most
+    /// 8 MiB). Metadata-store blocks and warms are whole.
     #[serde(default)]
     pub fill: FillSection,
     /// TTL of mappings of rewritable objects (version-hint.text, unknown files), revalidated
@@ -61,8 +65,10 @@ pub struct CacheSection {
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FillSection {
-    /// Only the bytes a read needs.
+    /// Range fills; whole blocks for small reads while their neighbours come.
     #[default]
+    Auto,
+    /// Only the bytes a read needs.
     Range,
     /// Whole blocks.
     Block,
@@ -168,6 +174,7 @@ pub fn validate(cx: &ConfigCx<'_>, c: &CacheSection) -> Result<CacheSettings, Co
         rules,
         max_run_blocks: 16,
         fill: match c.fill {
+            FillSection::Auto => Fill::Auto,
             FillSection::Range => Fill::Range,
             FillSection::Block => Fill::Block,
         },

@@ -5,16 +5,41 @@
 use crate::block::{Block, MAX_SPANS};
 use crate::cache::Fill;
 use crate::classify::Store;
+use crate::neighbours::SMALL_READ;
 use crate::range::block_span;
 use crate::reader::{BlockReader, Plan, PLAN};
 
 impl BlockReader {
-    /// The block's length and the in-block bytes `lo..hi` this response needs of it.
+    /// The block's length and the in-block bytes `lo..hi` this response needs of it (empty for
+    /// a block past the response that a column-chunk fill fetches).
     pub(crate) fn need(&self, index: u64) -> (u32, u32, u32) {
         let (start, len) = block_span(index, self.bs(), self.target.map.size);
-        let lo = self.first.max(start) - start;
-        let hi = (self.last + 1).min(start + len) - start;
-        (len as u32, lo as u32, hi as u32)
+        let end = start + len;
+        let lo = self.first.clamp(start, end) - start;
+        let hi = (self.last + 1).clamp(start, end) - start;
+        (len as u32, lo as u32, hi.max(lo) as u32)
+    }
+
+    /// Where a fill of block `index` ends in the block (at least the response's `hi`): on to
+    /// `fill_end` when the read starts a known column chunk.
+    fn fill_hi(&self, index: u64) -> u32 {
+        let (start, len) = block_span(index, self.bs(), self.target.map.size);
+        (self.fill_end.clamp(start, start + len) - start) as u32
+    }
+
+    /// Whether `fill: auto`'s small-read policy judges this read (a small data read that no
+    /// column chunk extends).
+    fn small(&self, index: u64) -> bool {
+        self.cache.settings.fill == Fill::Auto
+            && !self.whole
+            && self.last - self.first < SMALL_READ
+            && self.fill_end == self.last + 1
+            && self.store(index) == Store::Data
+    }
+
+    /// Whether a small read's miss of block `index` should fill the block whole.
+    fn neighbours_come(&self, index: u64) -> bool {
+        self.small(index) && self.cache.neighbours.whole(self.key(index).stable_hash())
     }
 
     /// The in-block bytes a fill of `index` fetches, given what the block holds.
@@ -25,21 +50,54 @@ impl BlockReader {
             || self.store(index) == Store::Metadata
             || held.is_some_and(|b| b.spans() >= MAX_SPANS);
         let Some(b) = held else {
-            return Some(if whole { (0, len) } else { (lo, hi) });
+            return Some(match whole || self.neighbours_come(index) {
+                true => (0, len),
+                false => (lo, self.fill_hi(index).max(hi)),
+            });
         };
         if self.whole {
             return b.missing(0, len);
         }
         // Everything a client read needs is here (a block at MAX_SPANS too): nothing to fetch.
         let (a, z) = b.missing(lo, hi)?;
-        if whole {
+        if whole || self.neighbours_come(index) {
             return b.missing(0, len);
         }
         // A read that starts where a cached span ends is sequential: read the block ahead.
         if a == lo && b.span_ends_at(lo) {
             return b.missing(a, len).or(Some((a, z)));
         }
-        Some((a, z))
+        Some(b.missing(a, self.fill_hi(index).max(z)).unwrap_or((a, z)))
+    }
+
+    /// Looks the read up in the column-chunk hints, once (on its first miss).
+    pub(crate) fn hint(&mut self) {
+        if std::mem::replace(&mut self.hinted, true)
+            || self.whole
+            || self.target.map.class.store != Store::Data
+        {
+            return;
+        }
+        let t = &self.target;
+        self.fill_end = self.cache.hints.fill_end(
+            &t.bucket_key,
+            &t.object_key,
+            Some(t.map.size),
+            (self.first, self.last),
+        );
+    }
+
+    /// Feeds the neighbour estimate with a small read's fill of `index`: a first touch when
+    /// the block held nothing and the fill is a range, a neighbour when it held some bytes.
+    pub(crate) fn note_touch(&self, index: u64, held: Option<&Block>, (from, to): (u32, u32)) {
+        if !self.small(index) {
+            return;
+        }
+        match held {
+            Some(_) => self.cache.neighbours.neighbour(),
+            None if to - from < self.need(index).0 => self.cache.neighbours.first_touch(),
+            None => {}
+        }
     }
 
     pub(crate) fn block_range(&self) -> (u64, u64) {
@@ -76,7 +134,11 @@ impl BlockReader {
             } else {
                 None
             };
-            let fetch = self.fetch(i, held.as_ref());
+            let mut fetch = self.fetch(i, held.as_ref());
+            if fetch.is_some() && !self.hinted {
+                self.hint();
+                fetch = self.fetch(i, held.as_ref());
+            }
             if fetch.is_some() {
                 plan.first_missing.get_or_insert(i);
             }

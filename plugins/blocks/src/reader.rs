@@ -68,6 +68,11 @@ pub struct BlockReader {
     pub(crate) primed: Option<(u64, Result<Got, FillError>)>,
     /// Where the first fill this reader started got its bytes.
     pub(crate) served: Option<oneshot::Receiver<Served>>,
+    /// Where this reader's fills end, exclusive: past `last` when the read starts a known
+    /// column chunk (looked up once, on the first miss: see `hinted`).
+    pub(crate) fill_end: u64,
+    /// Whether `fill_end` has been looked up.
+    pub(crate) hinted: bool,
 }
 
 /// How a block's bytes come.
@@ -108,6 +113,8 @@ impl BlockReader {
             only_from: None,
             primed: None,
             served: None,
+            fill_end: last.saturating_add(1),
+            hinted: false,
         }
     }
 
@@ -281,11 +288,13 @@ impl BlockReader {
         tx: watch::Sender<Slot>,
         held: Option<Block>,
     ) -> Option<(u32, u32)> {
+        self.hint();
         let Some((from, to)) = self.fetch(index, held.as_ref()) else {
             let _ = tx.send(held.map(Ok));
             self.cache.inflight.release(&key);
             return None;
         };
+        self.note_touch(index, held.as_ref(), (from, to));
         let mut run = vec![RunItem {
             index,
             key,
@@ -297,6 +306,7 @@ impl BlockReader {
         let last = self
             .block_range()
             .1
+            .max(self.fill_end.saturating_sub(1) / self.bs())
             .min(index + self.cache.settings.max_run_blocks - 1);
         let mut theirs = None;
         // The run's source, computed once: every block of the run shares it.

@@ -237,6 +237,20 @@ impl BlockFilter {
         Some(format!("bytes={first}-{}", end_byte.min(last)))
     }
 
+    /// The request's range carried on to the end of the column chunk it starts, when the
+    /// control plane published the object's chunks; `None`: the range as it is.
+    fn chunk_span(&self, key: &ObjectKey, range: Option<&str>) -> Option<String> {
+        let RangeAsk::Part { first, last } = resolve_range(range, u64::MAX) else {
+            return None;
+        };
+        let span = (first, last);
+        let end = self
+            .cache
+            .hints
+            .fill_end(&self.bucket_key, key.as_str(), None, span);
+        (end > last.saturating_add(1)).then(|| format!("bytes={first}-{}", end - 1))
+    }
+
     /// Resolves with the request's own GET; its body fills the blocks it covers.
     async fn resolve_by_get(
         &self,
@@ -249,7 +263,12 @@ impl BlockFilter {
         let bs = self.cache.settings.block_bytes;
         let whole = self.cache.settings.fill == Fill::Block || class.store == Store::Metadata;
         let own = self.own_span(key, class, range);
-        let range = own.as_deref().or(range);
+        // One node reading a known column chunk's start fetches on to the chunk's end.
+        let chunk = match (&own, whole, self.fleet.is_some()) {
+            (None, false, false) => self.chunk_span(key, range),
+            _ => None,
+        };
+        let range = own.as_deref().or(chunk.as_deref()).or(range);
         let aligned = range.filter(|_| whole).map(|r| align(r, bs));
         let range = aligned.as_deref().or(range);
         let got = match self.origin.get_current(bucket, key, range).await {

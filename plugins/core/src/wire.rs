@@ -113,6 +113,12 @@ pub struct StatsDoc {
     pub data: StoreStatsDoc,
     /// The metadata store.
     pub metadata: StoreStatsDoc,
+    /// Column-chunk ranges held for column-chunk fills.
+    #[serde(default)]
+    pub hint_chunks: u64,
+    /// `fill: auto`'s estimate: small reads' first touches and neighbours, this window.
+    #[serde(default)]
+    pub small_reads: (u64, u64),
 }
 
 /// `POST /warm`.
@@ -138,6 +144,41 @@ pub struct ClassifyDoc {
     pub keys: u64,
     /// Keys pinned now on the route.
     pub pinned: u64,
+}
+
+/// `POST /chunks` body: one table's column chunks, per live data file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunksBody {
+    /// `namespace.table`: the set replaces (with `replace`) what this table published before.
+    pub table: String,
+    /// Drop the table's earlier files first (the first batch of a commit's live set).
+    pub replace: bool,
+    /// The files.
+    pub files: Vec<FileChunksDoc>,
+}
+
+/// One data file's column chunks, compactly: `c` is `[start, len, start, len, ...]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileChunksDoc {
+    /// Object key.
+    pub k: String,
+    /// File size.
+    pub s: u64,
+    /// Chunk starts and lengths, interleaved.
+    pub c: Vec<u64>,
+}
+
+/// `POST /chunks` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunksDoc {
+    /// Files whose chunks are held now.
+    pub files: u64,
+    /// Files refused (the node's bound on chunks held).
+    pub refused: u64,
+    /// Chunk ranges the node holds in all.
+    pub chunks: u64,
 }
 
 /// One served read: bucket, key, ETag, offset, length (a JSON array).

@@ -212,6 +212,8 @@ pub fn pattern(seed: u8, n: usize) -> Bytes {
         .into()
 }
 #[cfg(test)]
+mod fills;
+#[cfg(test)]
 mod races;
 #[cfg(test)]
 mod seams;

@@ -1,0 +1,218 @@
+//! The fill policy: which bytes a miss fetches for a read that starts a known column chunk, a
+//! sequential read, and small reads whose neighbours come or do not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{pattern, settings, Bed, BS, BUCKET};
+use crate::cache::Fill;
+use crate::hints::{FileChunks, MAX_CHUNK_FILL};
+use crate::neighbours::{EXPLORE, WARM_UP};
+use crate::store::BlockKey;
+
+const B: usize = BS as usize;
+
+/// A bed whose misses follow `fill`.
+async fn bed(fill: Fill) -> Bed {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path(), 64 << 20);
+    s.fill = fill;
+    s.max_run_blocks = 256;
+    Bed::with(dir, s, Arc::new(super::origin::MemOrigin::default())).await
+}
+
+/// Publishes `chunks` (start, len) for `key` as the control plane would.
+fn publish(bed: &Bed, key: &str, size: usize, chunks: &[(u64, u64)]) {
+    let fc = FileChunks::new(size as u64, chunks.iter().copied());
+    bed.cache
+        .hints
+        .publish(BUCKET, "ns.t", true, vec![(key.to_owned(), fc)]);
+}
+
+/// Lets spawned fills run to their end (paused time: the origin's scripted delays pass).
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+}
+
+/// A cold read of a chunk's first bytes (the GET that resolves the version) fetches the whole
+/// chunk in that one GET: the engine's next reads of the chunk are hits.
+#[tokio::test(start_paused = true)]
+async fn a_cold_read_of_a_chunks_start_fetches_the_chunk_in_one_get() {
+    let bed = bed(Fill::Range).await;
+    let body = pattern(7, 8 * B);
+    bed.origin.put("data/f.parquet", body.clone());
+    let (start, len) = (1000u64, 3 * BS + 500);
+    publish(
+        &bed,
+        "data/f.parquet",
+        body.len(),
+        &[(4, 996), (start, len)],
+    );
+    let r = bed
+        .get("data/f.parquet", Some("bytes=1000-4999"))
+        .await
+        .unwrap();
+    assert!(r.bytes() == &body.slice(1000..5000));
+    settle().await;
+    assert_eq!(
+        bed.origin.counts(),
+        (0, 1, len),
+        "one GET, the chunk's bytes"
+    );
+    let rest = format!("bytes=5000-{}", start + len - 1);
+    let r = bed.get("data/f.parquet", Some(&rest)).await.unwrap();
+    assert!(r.bytes() == &body.slice(5000..(start + len) as usize));
+    assert_eq!((r.label(), bed.origin.counts().1), ("hit", 1));
+}
+
+/// With the version known, a miss at a chunk's start fetches on to the chunk's end across
+/// blocks, at most MAX_CHUNK_FILL past the read; a read elsewhere fetches only its bytes.
+#[tokio::test(start_paused = true)]
+async fn a_known_versions_chunk_read_fetches_to_the_chunks_end_capped() {
+    let bed = bed(Fill::Range).await;
+    let size = MAX_CHUNK_FILL as usize + 4 * B;
+    let body = pattern(8, size);
+    bed.origin.put("data/g.parquet", body.clone());
+    bed.head("data/g.parquet").await.unwrap();
+    let long = (2 * BS, MAX_CHUNK_FILL + BS);
+    publish(&bed, "data/g.parquet", size, &[(100, 2 * BS - 100), long]);
+    bed.get("data/g.parquet", Some("bytes=100-199"))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(bed.origin.counts().2, 2 * BS - 100, "chunk 1 whole");
+    bed.get("data/g.parquet", Some("bytes=131072-131171"))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(
+        bed.origin.counts().2,
+        2 * BS - 100 + MAX_CHUNK_FILL,
+        "capped"
+    );
+    let gets = bed.origin.counts().1;
+    let end = 2 * BS + MAX_CHUNK_FILL - 1;
+    let r = bed
+        .get("data/g.parquet", Some(&format!("bytes=131072-{end}")))
+        .await
+        .unwrap();
+    assert!(r.bytes() == &body.slice(2 * B..=end as usize));
+    assert_eq!((r.label(), bed.origin.counts().1), ("hit", gets));
+    // Not a chunk's start: only the bytes read.
+    let before = bed.origin.counts().2;
+    let at = end + 1 + 10;
+    bed.get("data/g.parquet", Some(&format!("bytes={at}-{}", at + 99)))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(bed.origin.counts().2 - before, 100);
+}
+
+/// A read that starts where a cached span ends reads its block ahead: the next read is a hit.
+#[tokio::test(start_paused = true)]
+async fn a_sequential_read_fetches_the_rest_of_its_block() {
+    let bed = bed(Fill::Range).await;
+    let body = pattern(9, 2 * B);
+    bed.origin.put("data/s.bin", body.clone());
+    bed.head("data/s.bin").await.unwrap();
+    bed.get("data/s.bin", Some("bytes=0-999")).await.unwrap();
+    bed.get("data/s.bin", Some("bytes=1000-1999"))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(
+        bed.origin.counts(),
+        (1, 2, BS),
+        "the second read fetched to the block's end"
+    );
+    let r = bed
+        .get("data/s.bin", Some("bytes=2000-65535"))
+        .await
+        .unwrap();
+    assert!(r.bytes() == &body.slice(2000..B));
+    assert_eq!(r.label(), "hit");
+}
+
+/// Whether a block is in `fill: auto`'s exploration sample (keeps range fills).
+fn explored(bed: &Bed, key: &str, index: u64) -> bool {
+    let m = bed.filter.map.get(key).unwrap();
+    let k = BlockKey {
+        bucket: Arc::from(BUCKET),
+        key: Arc::from(key),
+        etag: m.etag_key.clone(),
+        block_bytes: BS as u32,
+        index,
+    };
+    k.stable_hash().is_multiple_of(EXPLORE)
+}
+
+/// Small reads whose neighbours come: once the estimate has seen them, a first touch fills
+/// its whole block (bar the sample), and the neighbours are hits.
+#[tokio::test(start_paused = true)]
+async fn small_reads_with_neighbours_turn_to_whole_block_fills() {
+    let bed = bed(Fill::Auto).await;
+    let n = WARM_UP + 40;
+    let body = pattern(10, n as usize * B);
+    bed.origin.put("data/n.bin", body.clone());
+    bed.head("data/n.bin").await.unwrap();
+    // Learning: first touches of WARM_UP blocks, then a neighbour in each. From the neighbour
+    // that makes them half the first touches on, a held block's miss fills the rest of it.
+    let mut expect = 0;
+    for off in [0, BS / 2] {
+        for i in 0..WARM_UP {
+            let a = i * BS + off;
+            bed.get("data/n.bin", Some(&format!("bytes={a}-{}", a + 4095)))
+                .await
+                .unwrap();
+            let rest = off > 0 && i * 2 >= WARM_UP && !explored(&bed, "data/n.bin", i);
+            expect += if rest { BS - 4096 } else { 4096 };
+        }
+    }
+    settle().await;
+    assert_eq!(bed.origin.counts().2, expect);
+    assert_eq!(bed.cache.neighbours.counts(), (WARM_UP, WARM_UP));
+    let before = bed.origin.counts().2;
+    let mut whole = 0;
+    for i in WARM_UP..n {
+        let a = i * BS;
+        let r = bed
+            .get("data/n.bin", Some(&format!("bytes={a}-{}", a + 4095)))
+            .await
+            .unwrap();
+        assert!(r.bytes() == &body.slice(a as usize..a as usize + 4096));
+        whole += u64::from(!explored(&bed, "data/n.bin", i));
+    }
+    settle().await;
+    assert!(whole >= 30, "the sample is one block in {EXPLORE}");
+    let fetched = bed.origin.counts().2 - before;
+    assert_eq!(fetched, whole * BS + (n - WARM_UP - whole) * 4096);
+    let gets = bed.origin.counts().1;
+    for i in (WARM_UP..n).filter(|i| !explored(&bed, "data/n.bin", *i)) {
+        let a = i * BS + BS / 2;
+        let r = bed
+            .get("data/n.bin", Some(&format!("bytes={a}-{}", a + 4095)))
+            .await
+            .unwrap();
+        assert_eq!(r.label(), "hit");
+    }
+    assert_eq!(bed.origin.counts().1, gets, "the neighbours cost nothing");
+}
+
+/// Small reads that never meet a neighbour keep range fills: the origin sends only the bytes
+/// read.
+#[tokio::test(start_paused = true)]
+async fn sparse_small_reads_keep_range_fills() {
+    let bed = bed(Fill::Auto).await;
+    let n = 3 * WARM_UP;
+    bed.origin.put("data/r.bin", pattern(11, n as usize * B));
+    bed.head("data/r.bin").await.unwrap();
+    for i in 0..n {
+        let a = i * BS + 7;
+        bed.get("data/r.bin", Some(&format!("bytes={a}-{}", a + 4095)))
+            .await
+            .unwrap();
+    }
+    settle().await;
+    assert_eq!(bed.origin.counts().2, n * 4096);
+    assert_eq!(bed.cache.neighbours.counts(), (n, 0));
+}
