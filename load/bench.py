@@ -24,6 +24,7 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import conftest  # noqa: E402  (process helpers, MinIO paths)
+from perfdoc import write_section  # noqa: E402
 import urllib3  # noqa: E402
 
 CACHE = conftest.CACHE
@@ -226,19 +227,20 @@ routes:
     filters: [sigv4, blocks]
 cache:
   dir: {dir}/cache
-  data: {{dram_bytes: 3221225472, disk_bytes: 4294967296}}
-  metadata: {{dram_bytes: 268435456, disk_bytes: 536870912}}
+  data: {{dram_bytes: {data_dram}, disk_bytes: {data_disk}}}
+  metadata: {{dram_bytes: {meta_dram}, disk_bytes: 536870912}}
 admin: {{address: "127.0.0.1:{admin}", token: bench}}
 """
 
 
-def start_floe(origin_port):
+def start_floe(origin_port, data_dram=3 << 30, data_disk=4 << 30, meta_dram=256 << 20):
     d = WORK / "floe"
     subprocess.run(["rm", "-rf", str(d)], check=True)
     d.mkdir(parents=True)
     port, admin = conftest.free_port(), conftest.free_port()
     (d / "floe.yaml").write_text(FLOE_YAML.format(port=port, origin=origin_port, bucket=BUCKET, key=KEY,
-                                                  secret=SECRET, dir=d, admin=admin))
+                                                  secret=SECRET, dir=d, admin=admin, data_dram=data_dram,
+                                                  data_disk=data_disk, meta_dram=meta_dram))
     env = dict(os.environ, K=KEY, S=SECRET, FLOE_LOG="warn")
     p = conftest.Proc([str(FLOE_RELEASE), "--config", str(d / "floe.yaml")], env, d / "floe.log", port, "floe")
     p.admin_port = admin
@@ -246,8 +248,7 @@ def start_floe(origin_port):
 
 
 def floe_origin_bytes(p):
-    req = urllib.request.Request(f"http://127.0.0.1:{p.admin_port}/stats", headers={"Authorization": "Bearer bench"})
-    s = json.loads(urllib.request.urlopen(req).read())
+    s = floe_stats(p)
     return s["data"]["origin_bytes"] + s["metadata"]["origin_bytes"]
 
 
@@ -266,21 +267,59 @@ def cpu_s(pid):
     return total
 
 
-def run_ranges(port, reqs, clients, passes=1):
-    """Runs the request list `passes` times and keeps the pass with the median throughput."""
-    runs = sorted((run_once(port, reqs, clients) for _ in range(passes)), key=lambda r: r["mib_s"])
-    return runs[len(runs) // 2]
+SECONDS = 10      # each row runs at least this long (warm rows), or stops there (cold rows)
+LIST = 5000       # requests in each row's list: a cold row makes at most these
+PASSES = 3        # every row runs once per pass; the report gives the median and the spread
 
 
-def run_once(port, reqs, clients):
+def run_once(port, reqs, clients, seconds=None, cycle=False):
     """One pass of the request list with load/loadgen (Go, `clients` workers): the client must
-    not be the bottleneck on a 2-core machine shared with the servers."""
+    not be the bottleneck on a 2-core machine shared with the servers. With `seconds` it stops
+    issuing after that long; with `cycle` it goes round the list until then."""
     lst = WORK / "ranges.txt"
     lst.write_text("".join(f"/{BUCKET}/{k} {a} {b}\n" for k, a, b in reqs))
-    out = subprocess.run([str(CACHE / "bin" / "floe-loadgen"), f"http://127.0.0.1:{port}", str(lst), str(clients)],
-                         capture_output=True, text=True, timeout=900)
+    args = [str(CACHE / "bin" / "floe-loadgen"), f"http://127.0.0.1:{port}", str(lst), str(clients)]
+    if seconds:
+        args += [str(seconds)] + (["cycle"] if cycle else [])
+    out = subprocess.run(args, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     return json.loads(out.stdout)
+
+
+def floe_stats(p):
+    req = urllib.request.Request(f"http://127.0.0.1:{p.admin_port}/stats", headers={"Authorization": "Bearer bench"})
+    return json.loads(urllib.request.urlopen(req).read())
+
+
+def publish_chunks(p, s3, keys):
+    """Publishes the files' column chunks to Floe's admin API, as floe-control does after a
+    commit (the benchmark has no catalog; the footers are read straight from the origin, so
+    nothing is warmed)."""
+    import pyarrow.parquet as pq
+    import pyarrow.fs as pafs
+    fs = pafs.S3FileSystem(access_key=KEY, secret_key=SECRET, endpoint_override=s3.meta.endpoint_url,
+                           scheme="http", region="us-east-1")
+    files = []
+    for k in keys:
+        md = pq.ParquetFile(fs.open_input_file(f"{BUCKET}/{k}")).metadata
+        c = []
+        for rg in range(md.num_row_groups):
+            for i in range(md.num_columns):
+                col = md.row_group(rg).column(i)
+                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                c += [start, col.total_compressed_size]
+        files.append({"k": k, "s": fs.get_file_info(f"{BUCKET}/{k}").size, "c": c})
+    body = json.dumps({"table": "bench.tpch", "replace": True, "files": files}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{p.admin_port}/chunks?bucket={BUCKET}", data=body,
+                                 method="POST", headers={"Authorization": "Bearer bench"})
+    return json.loads(urllib.request.urlopen(req).read())
+
+
+def peak_rss_mib(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 TPCH_QUERIES = {
@@ -325,13 +364,100 @@ def duckdb_wave(port, sf, s3, signed):
     return out
 
 
+class Targets:
+    """The proxies under test, each restarted with an empty cache before a cold row."""
+
+    def __init__(self, origin):
+        self.origin, self.nginx, self.floe = origin, None, None
+
+    def fresh(self, which):
+        old = getattr(self, which)
+        if old:
+            old.stop()
+        setattr(self, which, start_nginx(self.origin) if which == "nginx" else start_floe(self.origin))
+        return getattr(self, which)
+
+    def stop(self):
+        for p in (self.nginx, self.floe):
+            if p:
+                p.stop()
+
+
+def measure(label, port, reqs, clients, procs, proxy=None, floe=None, cycle=False):
+    """One row: the list against `port` for SECONDS (cycled for a warm row), with the CPU the
+    origin side and the proxy used and, for Floe, the origin bytes it read."""
+    before = floe_origin_bytes(floe) if floe else 0
+    cpu0 = (sum(cpu_s(p.proc.pid) for p in procs), cpu_s(proxy.proc.pid) if proxy else 0.0)
+    res = run_once(port, reqs, clients, SECONDS, cycle)
+    res["cpu_origin_s"] = sum(cpu_s(p.proc.pid) for p in procs) - cpu0[0]
+    res["cpu_proxy_s"] = (cpu_s(proxy.proc.pid) if proxy else 0.0) - cpu0[1]
+    res["origin_mib"] = (floe_origin_bytes(floe) - before) / MiB if floe else None
+    res["label"] = label
+    print(f"  {label:<11} {clients:>2} clients: {res['mib_s']:8.1f} MiB/s p50 {res['p50_ms']:6.1f} ms"
+          f" p99 {res['p99_ms']:6.1f} ms ({res['requests']} requests)", flush=True)
+    return res
+
+
+def ranges(rnd, objs, size, n):
+    return [(k, a, a + size - 1) for k, sz in (rnd.choice(objs) for _ in range(n)) for a in [rnd.randrange(0, sz - size)]]
+
+
+def pass_rows(t, minio_procs, objs, p, results):
+    """One pass of every row: per read size and client count, direct, nginx cold and warm,
+    Floe cold and warm; each cold row on an empty cache, each warm row on what its cold row
+    left, cycling the requests that row made."""
+    rnd = random.Random(100 + p)
+    for wl, size in (("1MiB", MiB), ("64KiB", 64 << 10)):
+        for clients in (1, 4, 16):
+            reqs = ranges(rnd, objs, size, LIST)
+            print(f"pass {p + 1}/{PASSES}, {wl} ranges, {clients} clients", flush=True)
+            rows = []
+            if clients < 16:
+                rows.append(measure("direct", t.origin, reqs, clients, minio_procs))
+            for kind in (("nginx", "floe") if clients > 1 else ("floe",)):
+                proxy = t.fresh(kind)
+                floe = proxy if kind == "floe" else None
+                cold = measure(f"{kind} cold", proxy.port, reqs, clients, minio_procs, proxy, floe)
+                rows.append(cold)
+                if clients == 16:
+                    made = reqs[:cold["requests"]]
+                    rows.append(measure(f"{kind} warm", proxy.port, made, clients, minio_procs, proxy, floe, cycle=True))
+            for r in rows:
+                results.setdefault((wl, clients, r["label"]), []).append(r)
+
+
+def memory_run(t, objs):
+    """A Floe whose data DRAM ceiling is a quarter of the working set (the disk tier in use):
+    cold then warm 1 MiB reads over 1 GiB, with peak RSS against the ceilings."""
+    dram, meta = 256 << 20, 64 << 20
+    if t.floe:
+        t.floe.stop()
+    t.floe = start_floe(t.origin, data_dram=dram, data_disk=2 << 30, meta_dram=meta)
+    work = [o for o in objs if o[1] >= 100 * MiB][:8]
+    rnd = random.Random(7)
+    reqs = ranges(rnd, work, MiB, LIST)
+    cold = run_once(t.floe.port, reqs, 16, 3 * SECONDS)
+    warm = run_once(t.floe.port, reqs[:cold["requests"]], 16, 3 * SECONDS, cycle=True)
+    st = floe_stats(t.floe)
+    out = {"dram_mib": dram / MiB, "meta_mib": meta / MiB, "set_mib": sum(o[1] for o in work) / MiB,
+           "peak_rss_mib": peak_rss_mib(t.floe.proc.pid), "cold": cold, "warm": warm,
+           "disk_read_mib": st["data"]["disk_read_bytes"] / MiB, "disk_write_mib": st["data"]["disk_write_bytes"] / MiB}
+    t.floe.stop()
+    t.floe = None
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="256 MiB set, SF 0.1, fewer requests")
+    ap.add_argument("--quick", action="store_true", help="256 MiB set, SF 0.1, one pass of 3 s rows")
     args = ap.parse_args()
-    files, fsize, sf, n_big, n_small = (16, 128 * MiB, 1, 1024, 2048) if not args.quick else (4, 64 * MiB, 0.1, 256, 512)
+    global SECONDS, PASSES
+    files, fsize, sf = (16, 128 * MiB, 1) if not args.quick else (4, 64 * MiB, 0.1)
+    if args.quick:
+        SECONDS, PASSES = 3, 1
     WORK.mkdir(parents=True, exist_ok=True)
     procs = []
+    t = None
     try:
         minio, s3 = start_minio()
         procs.append(minio)
@@ -340,72 +466,43 @@ def main():
         make_tpch(s3, sf)
         toxi, origin = start_toxiproxy(minio.port)
         procs.append(toxi)
-        rnd = random.Random(42)
-        big = [(k, a, a + MiB - 1) for k, sz in (rnd.choice(objs) for _ in range(n_big)) for a in [rnd.randrange(0, sz - MiB)]]
-        small = [(k, a, a + 64 * 1024 - 1) for k, sz in (rnd.choice(objs) for _ in range(n_small)) for a in [rnd.randrange(0, sz - 65536)]]
-        results = {}
-        nginx = start_nginx(origin)
-        procs.append(nginx)
-        floe = start_floe(origin)
-        procs.append(floe)
-        profiles = {}
-        # One untimed direct pass first: MinIO's page cache and metadata are then warm for every
+        # One untimed direct read of the whole set: MinIO's page cache is then warm for every
         # target alike (a first pass is otherwise slower for whichever target runs first).
-        for reqs in (big, small):
-            run_once(origin, reqs, 16)
-        for wl, reqs in (("1MiB", big), ("64KiB", small)):
-            for label, port in (("direct", origin), ("nginx cold", nginx.port), ("nginx warm", nginx.port),
-                                ("floe cold", floe.port), ("floe warm", floe.port)):
-                print(f"{wl} ranges: {label}", flush=True)
-                warm = "warm" in label
-                before = floe_origin_bytes(floe)
-                proxy = {"direct": None, "nginx": nginx, "floe": floe}[label.split()[0]]
-                cpu0 = (cpu_s(minio.proc.pid) + cpu_s(toxi.proc.pid), cpu_s(proxy.proc.pid) if proxy else 0.0)
-                if label == "floe warm" and shutil.which("perf"):
-                    res, profiles[wl] = profiled(floe.proc.pid, lambda: run_ranges(port, reqs, 16, passes=3))
-                else:
-                    res = run_ranges(port, reqs, 16, passes=3 if warm else 1)
-                # CPU of the origin side (MinIO + toxiproxy) and of the proxy, per pass.
-                n = 3 if warm else 1
-                res["cpu_origin_s"] = (cpu_s(minio.proc.pid) + cpu_s(toxi.proc.pid) - cpu0[0]) / n
-                res["cpu_proxy_s"] = ((cpu_s(proxy.proc.pid) if proxy else 0.0) - cpu0[1]) / n
-                results.setdefault(wl, {})[label] = res
-                if label == "floe cold":
-                    results[f"floe_cold_origin_mib_{wl}"] = (floe_origin_bytes(floe) - before) / MiB
-        # The same cold comparison where the machine is not CPU-bound (one client): fresh ranges
-        # and a fresh Floe, so the cold run is cold.
-        floe.stop()
-        procs.remove(floe)
-        floe = start_floe(origin)
-        procs.append(floe)
-        rnd1c = random.Random(43)
-        light = [(k, a, a + MiB - 1) for k, sz in (rnd1c.choice(objs) for _ in range(n_big // 8))
-                 for a in [rnd1c.randrange(0, sz - MiB)]]
-        run_once(origin, light, 4)  # untimed: warm the origin's page cache, as above
-        for label, port in (("direct", origin), ("floe cold", floe.port)):
-            print(f"1MiB ranges, 1 client: {label}", flush=True)
-            before = floe_origin_bytes(floe)
-            cpu0 = cpu_s(minio.proc.pid) + cpu_s(toxi.proc.pid) + cpu_s(floe.proc.pid)
-            res = run_once(port, light, 1)
-            res["cpu_s"] = cpu_s(minio.proc.pid) + cpu_s(toxi.proc.pid) + cpu_s(floe.proc.pid) - cpu0
-            results.setdefault("1MiB-1client", {})[label] = res
-            if label == "floe cold":
-                results["floe_cold_origin_mib_1MiB-1client"] = (floe_origin_bytes(floe) - before) / MiB
+        run_once(origin, [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in objs for a in range(0, sz, 8 * MiB)], 8)
+        t = Targets(origin)
+        results = {}
+        for p in range(PASSES):
+            pass_rows(t, [minio, toxi], objs, p, results)
+        profiles = {}
+        if shutil.which("perf"):
+            for wl, size in (("1MiB", MiB), ("64KiB", 64 << 10)):
+                print(f"profiling warm {wl} hits", flush=True)
+                floe = t.fresh("floe")
+                reqs = ranges(random.Random(5), objs, size, 2000)
+                run_once(floe.port, reqs, 16)
+                _, profiles[wl] = profiled(floe.proc.pid, lambda: run_once(floe.port, reqs, 16, SECONDS, True))
+        print("memory run", flush=True)
+        memory = memory_run(t, objs)
         waves = {}
-        for label, port, signed in (("direct", origin, True), ("floe cold", floe.port, True), ("floe warm", floe.port, True)):
+        floe = t.fresh("floe")
+        tpch_keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"tpch/sf{sf}/")["Contents"]]
+        hinted = publish_chunks(floe, s3, tpch_keys)
+        for label, port in (("direct", origin), ("floe cold", floe.port), ("floe warm", floe.port)):
             print(f"duckdb wave: {label}", flush=True)
-            waves[label] = duckdb_wave(port, sf, s3, signed)
+            waves[label] = duckdb_wave(port, sf, s3, True)
         ref = {q: v["rows"] for q, v in waves["direct"].items()}
         for label, w in waves.items():
             for q, v in w.items():
                 assert v["rows"] == ref[q], f"{label} {q} differs from direct"
-        write_report(results, waves, args, files, fsize, sf, profiles)
+        write_report(results, waves, args, files, fsize, sf, profiles, memory, hinted)
     finally:
+        if t:
+            t.stop()
         for p in reversed(procs):
             p.stop()
 
 
-def profiled(pid, fn):
+def profiled(pid, fn, limit="1.5"):
     """Runs fn() under `perf record` attached to pid; returns (fn's result, top symbols)."""
     data = WORK / "perf.data"
     rec = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-o", str(data), "-p", str(pid)],
@@ -416,84 +513,133 @@ def profiled(pid, fn):
         rec.send_signal(signal.SIGINT)
         rec.wait(60)
     rep = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "symbol",
-                          "-g", "none", "--percent-limit", "1.5"], capture_output=True, text=True)
+                          "-g", "none", "--percent-limit", limit], capture_output=True, text=True)
     top = "\n".join(l.split("  -  ")[0].rstrip() for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#"))
     return res, top
 
 
-def write_report(results, waves, args, files, fsize, sf, profiles):
+def med(rows, f):
+    return statistics.median(f(r) for r in rows)
+
+
+def spread(rows, f):
+    vals = [f(r) for r in rows]
+    return f"{statistics.median(vals):.1f} ({min(vals):.1f}-{max(vals):.1f})" if len(vals) > 1 else f"{vals[0]:.1f}"
+
+
+def cpu_per_gib(r):
+    return r["cpu_proxy_s"] / max(r["bytes"] / (1 << 30), 1e-9)
+
+
+def verdict(ok):
+    return "**met**" if ok else "**not met**"
+
+
+def targets(results, waves, memory):
+    """The issue's targets as measured ratios, one line each."""
+    g = lambda wl, c, label: results.get((wl, c, label), [])
+    out = []
+    for wl in ("1MiB", "64KiB"):
+        for c in (1, 4):
+            d, f = g(wl, c, "direct"), g(wl, c, "floe cold")
+            p50 = med(f, lambda r: r["p50_ms"]) / med(d, lambda r: r["p50_ms"])
+            wall = med(d, lambda r: r["mib_s"]) / med(f, lambda r: r["mib_s"])
+            out.append(f"- Cold latency, {wl}, {c} client{'s' * (c > 1)}: Floe cold p50 {p50:.2f}x direct,"
+                       f" wall time per byte {wall:.2f}x direct (target <= 1.05x): {verdict(p50 <= 1.05 and wall <= 1.05)}")
+    for wl in ("1MiB", "64KiB"):
+        for c in (4, 16):
+            f, n = g(wl, c, "floe cold"), g(wl, c, "nginx cold")
+            ratio = med(f, cpu_per_gib) / med(n, cpu_per_gib)
+            origin = med(f, lambda r: r["origin_mib"] / (r["bytes"] / MiB))
+            out.append(f"- Cold cost, {wl}, {c} clients: Floe {med(f, cpu_per_gib):.2f} CPU s per GiB served vs nginx"
+                       f" {med(n, cpu_per_gib):.2f} = {ratio:.2f}x (target <= 0.8x): {verdict(ratio <= 0.8)};"
+                       f" origin bytes / bytes served {origin:.2f} (target <= 1): {verdict(origin <= 1.0)}")
+    for c in (4, 16):
+        f, n = g("64KiB", c, "floe cold"), g("64KiB", c, "nginx cold")
+        ratio = med(f, lambda r: r["mib_s"]) / med(n, lambda r: r["mib_s"])
+        out.append(f"- Cold small reads, 64 KiB, {c} clients: Floe cold {ratio:.2f}x nginx cold throughput"
+                   f" (target >= 1): {verdict(ratio >= 1.0)}")
+    tot = {l: sum(v["s"] for v in w.values()) for l, w in waves.items()}
+    worse = [q for q in TPCH_QUERIES if waves["floe cold"][q]["s"] > waves["direct"][q]["s"]
+             or waves["floe cold"][q]["origin_requests"] > waves["direct"][q]["origin_requests"]]
+    ratio = tot["floe cold"] / tot["direct"]
+    out.append(f"- Engines cold: DuckDB TPC-H wave through cold Floe {ratio:.2f}x direct (target <= 0.35x):"
+               f" {verdict(ratio <= 0.35)}; queries slower than direct or with more origin requests:"
+               f" {', '.join(worse) or 'none'}: {verdict(not worse)}")
+    for wl in ("1MiB", "64KiB"):
+        f, n = g(wl, 16, "floe warm"), g(wl, 16, "nginx warm")
+        ratio = med(f, lambda r: r["mib_s"]) / med(n, lambda r: r["mib_s"])
+        line = f"- Warm, {wl}: Floe {ratio:.2f}x nginx throughput (target >= 1.5x): {verdict(ratio >= 1.5)}"
+        if wl == "64KiB":
+            p50 = (med(f, lambda r: r["p50_ms"]), med(n, lambda r: r["p50_ms"]))
+            p99 = (med(f, lambda r: r["p99_ms"]), med(n, lambda r: r["p99_ms"]))
+            line += (f"; p50 {p50[0]:.2f} vs {p50[1]:.2f} ms, p99 {p99[0]:.2f} vs {p99[1]:.2f} ms (target <= nginx):"
+                     f" {verdict(p50[0] <= p50[1] and p99[0] <= p99[1])}")
+        out.append(line)
+    m = memory
+    ceiling = m["dram_mib"] + m["meta_mib"] + 64
+    out.append(f"- Memory: peak RSS {m['peak_rss_mib']:.0f} MiB with data DRAM {m['dram_mib']:.0f} MiB + metadata DRAM"
+               f" {m['meta_mib']:.0f} MiB over a {m['set_mib']:.0f} MiB working set (target <= {ceiling:.0f} MiB):"
+               f" {verdict(m['peak_rss_mib'] <= ceiling)}")
+    return out
+
+
+def write_report(results, waves, args, files, fsize, sf, profiles, memory, hinted):
     cmd = "load/bench.sh" + (" --quick" if args.quick else "")
-    lines = ["# Floe performance", "",
+    lines = ["<!-- bench:begin -->",
              f"Produced by `{cmd}` on {time.strftime('%Y-%m-%d')} ({platform.machine()}, {os.cpu_count()} cores;"
              " client, proxies and origin share the machine). Origin: MinIO behind toxiproxy adding 30 ms to every"
-             " request (origin requests are counted from MinIO's audit webhook). nginx: Debian's nginx, proxy_cache + slice 2m. Floe: release build, 2 MiB blocks,"
-             " data store DRAM 3 GiB, `fill: range`. The origin's page cache is warmed by an untimed direct pass."
-             " Cold = empty cache, warm = the same request list again"
-             " (warm rows: median of 3 passes).", ""]
-    for wl, title in (("1MiB", f"1 MiB ranged GETs over {files} x {fsize // MiB} MiB Parquet files, 16 clients"),
-                      ("64KiB", "64 KiB ranged GETs, 16 clients")):
-        lines += [f"## {title}", "", "| target | MiB/s | p50 ms | p99 ms | requests | CPU s origin side | CPU s proxy |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for label, r in results[wl].items():
-            lines.append(f"| {label} | {r['mib_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['requests']} |"
-                         f" {r['cpu_origin_s']:.2f} | {r['cpu_proxy_s']:.2f} |")
+             " request (origin requests are counted from MinIO's audit webhook). nginx: Debian's nginx,"
+             " proxy_cache + slice 2m. Floe: release build, 2 MiB blocks, data store DRAM 3 GiB, `fill: auto`."
+             f" Set: {files} x {fsize // MiB} MiB Parquet files, read once untimed so MinIO's page cache is warm for"
+             f" every target. Each row runs for {SECONDS} s (a cold row stops earlier after its {LIST} random"
+             " ranges) on a fresh proxy with an empty cache; a warm row then cycles the requests its cold row made"
+             f" for {SECONDS} s. Every row ran {PASSES} times: MiB/s is the median (min-max), the other columns"
+             " medians. CPU s per GiB is the proxy's own CPU per GiB it served; origin/served is the bytes Floe"
+             " fetched from the origin per byte served.", ""]
+    for wl in ("1MiB", "64KiB"):
+        lines += [f"## {wl} random ranged GETs", "",
+                  "| clients | target | MiB/s | p50 ms | p99 ms | requests | CPU s origin side | proxy CPU s per GiB | origin/served |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for c in (1, 4, 16):
+            for label in ("direct", "nginx cold", "nginx warm", "floe cold", "floe warm"):
+                rows = results.get((wl, c, label))
+                if not rows:
+                    continue
+                o = "" if rows[0]["origin_mib"] is None else f"{med(rows, lambda r: r['origin_mib'] / (r['bytes'] / MiB)):.2f}"
+                lines.append(f"| {c} | {label} | {spread(rows, lambda r: r['mib_s'])} | {med(rows, lambda r: r['p50_ms']):.1f} |"
+                             f" {med(rows, lambda r: r['p99_ms']):.1f} | {med(rows, lambda r: r['requests']):.0f} |"
+                             f" {med(rows, lambda r: r['cpu_origin_s']):.2f} |"
+                             f" {'' if label == 'direct' else f'{med(rows, cpu_per_gib):.2f}'} | {o} |")
         lines.append("")
-    r1c = results["1MiB-1client"]
-    lines += [f"## Cold 1 MiB ranged GETs, 1 client (the machine not CPU-bound; {r1c['direct']['requests']} other"
-              " ranges, a fresh Floe)", "", "| target | MiB/s | p50 ms | p99 ms | requests | CPU s origin side + proxy |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for label, r in r1c.items():
-        lines.append(f"| {label} | {r['mib_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['requests']} |"
-                     f" {r['cpu_s']:.2f} |")
-    lines.append("")
     lines += [f"## DuckDB TPC-H SF{sf} query wave (Parquet over httpfs)", "",
+              f"Before the cold wave the files' column chunks ({hinted['chunks']} ranges) were published to Floe's"
+              " admin API (`POST /chunks`) as floe-control does after a commit; the footers were read straight from"
+              " the origin, so nothing was warmed.", "",
               "| query | " + " | ".join(f"{l} s (origin req)" for l in waves) + " |",
               "|---|" + "---:|" * len(waves)]
     for q in TPCH_QUERIES:
         lines.append(f"| {q} | " + " | ".join(f"{w[q]['s']:.2f} ({w[q]['origin_requests']})" for w in waves.values()) + " |")
     tot = {l: sum(v["s"] for v in w.values()) for l, w in waves.items()}
     lines.append("| total | " + " | ".join(f"{t:.2f}" for t in tot.values()) + " |")
-    lines += ["", "## Ratios", ""]
-    r1, r64 = results["1MiB"], results["64KiB"]
-    lines.append(f"- warm Floe / warm nginx throughput (1 MiB): {r1['floe warm']['mib_s'] / r1['nginx warm']['mib_s']:.2f}x;"
-                 f" p99 {r1['floe warm']['p99_ms']:.1f} vs {r1['nginx warm']['p99_ms']:.1f} ms")
-    lines.append(f"- warm Floe / warm nginx p99 (64 KiB): {r64['floe warm']['p99_ms']:.1f} vs {r64['nginx warm']['p99_ms']:.1f} ms")
-    lines.append(f"- cold Floe / direct wall time (1 MiB): {r1['floe cold']['wall_s'] / r1['direct']['wall_s']:.2f}x;"
-                 f" Floe cold read {results['floe_cold_origin_mib_1MiB']:.0f} MiB from the origin to serve"
-                 f" {r1['floe cold']['requests']} MiB (range fills); CPU s origin side + proxy:"
-                 f" direct {r1['direct']['cpu_origin_s']:.2f}, Floe cold"
-                 f" {r1['floe cold']['cpu_origin_s']:.2f} + {r1['floe cold']['cpu_proxy_s']:.2f}")
-    lines.append(f"- cold Floe / direct wall time (1 MiB, 1 client): {r1c['floe cold']['wall_s'] / r1c['direct']['wall_s']:.2f}x;"
-                 f" Floe cold read {results['floe_cold_origin_mib_1MiB-1client']:.0f} MiB from the origin to serve"
-                 f" {r1c['floe cold']['requests']} MiB")
-    lines.append(f"- DuckDB wave: direct / warm Floe = {tot['direct'] / tot['floe warm']:.1f}x;"
-                 f" warm origin requests = {sum(v['origin_requests'] for v in waves['floe warm'].values())}")
-    lines += ["", "## Reading these numbers", "",
-              "- Everything shares one 2-core machine (load generator, MinIO, toxiproxy, nginx, Floe), so"
-              " run-to-run variation is large; warm rows are the median of 3 passes. Earlier runs are in git history.",
-              "- Cold: Floe's range fills fetch only the bytes a read asks for (fewer than direct once reads"
-              " overlap); nginx's slice module fetches whole 2 MiB slices, ~2x the bytes for uniformly random"
-              " 1 MiB ranges. The machine is CPU-bound in the cold runs (origin side + proxy + client on 2 cores),"
-              " so a proxy's own CPU per byte (socket copies in and out, the disk tier's write) becomes wall time:"
-              " the CPU columns show where it goes. With one client the machine has CPU to spare and cold Floe"
-              " is close to direct: a cold GET resolves the version with itself (no HEAD) and the client gets the"
-              " bytes as they arrive. Against a remote origin the proxy's CPU is not taken from the origin's.",
-              "- DuckDB's own caches are off for every target, so each query reads through the endpoint; Floe's"
-              " metadata store keeps footers across queries, which is why even cold Floe beats direct."]
+    m = memory
+    lines += ["", "## Memory with the disk tier in use", "",
+              f"Floe with data DRAM {m['dram_mib']:.0f} MiB (disk 2 GiB) and metadata DRAM {m['meta_mib']:.0f} MiB;"
+              f" 16 clients read random 1 MiB ranges of a {m['set_mib']:.0f} MiB working set cold for {3 * SECONDS} s,"
+              f" then cycle those requests for {3 * SECONDS} s.", "",
+              "| peak RSS MiB | cold MiB/s | warm MiB/s | warm p99 ms | disk read MiB | disk written MiB |",
+              "|---:|---:|---:|---:|---:|---:|",
+              f"| {m['peak_rss_mib']:.0f} | {m['cold']['mib_s']:.1f} | {m['warm']['mib_s']:.1f} | {m['warm']['p99_ms']:.1f} |"
+              f" {m['disk_read_mib']:.0f} | {m['disk_write_mib']:.0f} |"]
+    lines += ["", "## Targets (issue 15)", ""] + targets(results, waves, memory)
     for wl, top in profiles.items():
         lines += ["", f"## Where the warm hit path spends its time ({wl} ranges)", "",
-                  "`perf record -F 1999 -g` on floe-proxy during the warm run (symbols >= 1.5% self time):", "",
+                  f"`perf record -F 1999 -g` on floe-proxy during {SECONDS} s of warm 16-client reads (symbols >= 1.5% self time):", "",
                   "```", top, "```"]
-    out = ROOT / "load" / "PERFORMANCE.md"
-    # Sections other scripts own (load/compaction.sh) survive a rerun of this one.
-    kept = ""
-    if out.exists():
-        old = out.read_text()
-        begin, end = "<!-- compaction:begin -->", "<!-- compaction:end -->"
-        if begin in old and end in old:
-            kept = old[old.index(begin):old.index(end) + len(end)] + "\n"
-    out.write_text("\n".join(lines) + "\n" + kept)
-    print("\n".join(lines))
+    lines += ["<!-- bench:end -->"]
+    block = "\n".join(lines) + "\n"
+    write_section("<!-- bench:begin -->", "<!-- bench:end -->", block)
+    print(block)
 
 
 if __name__ == "__main__":

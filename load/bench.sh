@@ -13,7 +13,7 @@ if [ ! -x "$FLOE_CACHE/bin/toxiproxy-server" ]; then
   GOBIN="$FLOE_CACHE/toxi" go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0
   cp "$FLOE_CACHE/toxi/server" "$FLOE_CACHE/bin/toxiproxy-server"
 fi
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt-get install -y nginx-light
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { apt-get update && apt-get install -y nginx-light; }
 command -v perf >/dev/null || apt-get install -y linux-perf || true
 (cd load/loadgen && go build -o "$FLOE_CACHE/bin/floe-loadgen" .)
 cargo build --release --bin floe-proxy

@@ -1,5 +1,7 @@
 // loadgen replays a fixed list of ranged GETs ("path first last" per line) with N concurrent
 // workers and prints JSON: requests, bytes, wall seconds, MiB/s, p50/p99 latency in ms.
+// With SECONDS it stops issuing after that long (a cold row: at most the list once); with
+// "cycle" too it goes round the list until then (a warm row of at least SECONDS).
 // Written for the benchmark because wrk cannot stop at the end of a list and a Python client
 // is the bottleneck on a 2-core machine shared with the servers.
 package main
@@ -24,10 +26,20 @@ type req struct {
 }
 
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen BASE_URL LIST_FILE WORKERS")
+	if len(os.Args) < 4 || len(os.Args) > 6 {
+		fmt.Fprintln(os.Stderr, "usage: loadgen BASE_URL LIST_FILE WORKERS [SECONDS [cycle]]")
 		os.Exit(2)
 	}
+	limit := time.Duration(0)
+	if len(os.Args) >= 5 {
+		secs, err := strconv.ParseFloat(os.Args[4], 64)
+		if err != nil || secs <= 0 {
+			fmt.Fprintln(os.Stderr, "SECONDS must be a positive number")
+			os.Exit(2)
+		}
+		limit = time.Duration(secs * float64(time.Second))
+	}
+	cycle := len(os.Args) == 6 && os.Args[5] == "cycle"
 	base, listPath := os.Args[1], os.Args[2]
 	workers, err := strconv.Atoi(os.Args[3])
 	if err != nil || workers < 1 {
@@ -51,7 +63,11 @@ func main() {
 		reqs = append(reqs, req{parts[0], a, b})
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, DisableCompression: true}}
-	lat := make([]float64, len(reqs))
+	if len(reqs) == 0 {
+		fmt.Fprintln(os.Stderr, "the list is empty")
+		os.Exit(2)
+	}
+	var lat []float64
 	var total int64
 	var mu sync.Mutex
 	var failed []string
@@ -73,8 +89,9 @@ func main() {
 					n, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				lat[i] = float64(time.Since(t0).Microseconds()) / 1000
+				ms := float64(time.Since(t0).Microseconds()) / 1000
 				mu.Lock()
+				lat = append(lat, ms)
 				if err != nil || resp.StatusCode != 206 || n != r.last-r.first+1 {
 					failed = append(failed, fmt.Sprintf("%s: err=%v n=%d", r.path, err, n))
 				}
@@ -83,7 +100,16 @@ func main() {
 			}
 		}()
 	}
-	for i := range reqs {
+	for i := 0; ; i++ {
+		if i == len(reqs) {
+			if !cycle {
+				break
+			}
+			i = 0
+		}
+		if limit > 0 && time.Since(start) >= limit {
+			break
+		}
 		next <- i
 	}
 	close(next)
@@ -91,7 +117,7 @@ func main() {
 	wall := time.Since(start).Seconds()
 	sort.Float64s(lat)
 	pct := func(p float64) float64 { return lat[int(p*float64(len(lat)-1))] }
-	out := map[string]any{"requests": len(reqs), "bytes": total, "wall_s": wall,
+	out := map[string]any{"requests": len(lat), "bytes": total, "wall_s": wall,
 		"mib_s": float64(total) / (1 << 20) / wall, "p50_ms": pct(0.50), "p99_ms": pct(0.99), "failed": failed}
 	json.NewEncoder(os.Stdout).Encode(out)
 	if len(failed) > 0 {

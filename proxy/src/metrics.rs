@@ -1,12 +1,15 @@
 //! Prometheus metrics, registered once, and the `/metrics` listener.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::LazyLock;
 
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use prometheus::{
-    register_histogram_vec, register_int_counter_vec, Encoder, HistogramVec, IntCounterVec,
-    TextEncoder,
+    register_histogram_vec, register_int_counter_vec, Encoder, Histogram, HistogramVec, IntCounter,
+    IntCounterVec, TextEncoder,
 };
 
 /// Requests by route, operation and status.
@@ -96,17 +99,63 @@ pub struct Finished<'a> {
     pub trace: Option<floe_core::trace::TraceParent>,
 }
 
+/// Most label sets a thread keeps resolved before it starts over (routes x ops x statuses x
+/// cache outcomes stays far below this; reloads that rename routes add more).
+const LOCAL_MAX: usize = 4096;
+
+/// The request counter and latency histogram of each label set this thread has recorded,
+/// resolved once: a request then records with one hash of its labels and no lock (a vec's
+/// `with_label_values` hashes every label and takes the vec's read lock).
+#[derive(Default)]
+struct Local {
+    hasher: RandomState,
+    requests: HashMap<u64, (Box<str>, &'static str, u16, &'static str, IntCounter)>,
+    latency: HashMap<&'static str, Histogram>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
+}
+
+impl Local {
+    fn request(&mut self, f: &Finished<'_>) -> Option<&IntCounter> {
+        let h = self.hasher.hash_one((f.route, f.op, f.status, f.cache));
+        let known = matches!(self.requests.get(&h),
+            Some((r, o, s, c, _)) if **r == *f.route && *o == f.op && *s == f.status && *c == f.cache);
+        if !known {
+            let code = http::StatusCode::from_u16(f.status);
+            let label = code.as_ref().map_or("0", |c| c.as_str());
+            let m = REQUESTS
+                .as_ref()?
+                .with_label_values(&[f.route, f.op, label, f.cache]);
+            if self.requests.len() >= LOCAL_MAX {
+                self.requests.clear();
+            }
+            let entry = (f.route.into(), f.op, f.status, f.cache, m);
+            self.requests.insert(h, entry);
+        }
+        self.requests.get(&h).map(|e| &e.4)
+    }
+
+    fn latency(&mut self, op: &'static str) -> Option<&Histogram> {
+        if !self.latency.contains_key(op) {
+            let h = LATENCY.as_ref()?.with_label_values(&[op]);
+            self.latency.insert(op, h);
+        }
+        self.latency.get(op)
+    }
+}
+
 /// Records one finished request.
 pub fn record(f: &Finished<'_>) {
-    if let Some(m) = REQUESTS.as_ref() {
-        let code = http::StatusCode::from_u16(f.status);
-        let label = code.as_ref().map_or("0", |c| c.as_str());
-        m.with_label_values(&[f.route, f.op, label, f.cache]).inc();
-    }
-    if let Some(m) = LATENCY.as_ref() {
-        m.with_label_values(&[f.op])
-            .observe(f.elapsed.as_secs_f64());
-    }
+    LOCAL.with_borrow_mut(|l| {
+        if let Some(m) = l.request(f) {
+            m.inc();
+        }
+        if let Some(h) = l.latency(f.op) {
+            h.observe(f.elapsed.as_secs_f64());
+        }
+    });
     if f.origin_bytes > 0 {
         if let Some(m) = ORIGIN_BYTES.as_ref() {
             m.with_label_values(&[f.origin]).inc_by(f.origin_bytes);
