@@ -429,11 +429,11 @@ def pass_rows(t, minio_procs, objs, p, results):
 def memory_run(t, objs):
     """A Floe whose data DRAM ceiling is a quarter of the working set (the disk tier in use):
     cold then warm 1 MiB reads over 1 GiB, with peak RSS against the ceilings."""
-    dram, meta = 256 << 20, 64 << 20
+    work = objs[:8]
+    dram, meta = max(64 * MiB, sum(o[1] for o in work) // 4 // MiB * MiB), 64 << 20
     if t.floe:
         t.floe.stop()
     t.floe = start_floe(t.origin, data_dram=dram, data_disk=2 << 30, meta_dram=meta)
-    work = [o for o in objs if o[1] >= 100 * MiB][:8]
     rnd = random.Random(7)
     reqs = ranges(rnd, work, MiB, LIST)
     cold = run_once(t.floe.port, reqs, 16, 3 * SECONDS)

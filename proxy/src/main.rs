@@ -4,11 +4,6 @@
 //! Usage: `floe-proxy --config conf/quickstart.yaml`, `floe-proxy check conf/x.yaml`, or
 //! `floe-proxy schema` (the config's JSON Schema, as in conf/floe-proxy.schema.json).
 
-/// mimalloc instead of glibc malloc: the hit path's header maps and buffers are many small,
-/// short-lived allocations across threads (measured in load/PERFORMANCE.md's hit path notes).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod admin;
 mod bucket_list;
 mod bucket_match;

@@ -177,6 +177,31 @@ impl BlockReader {
         Ok(())
     }
 
+    /// Before a response's header, for an object whose name is never rewritten: starts block
+    /// `index` and keeps it for [`BlockReader::serve`]. `true` once this reader's own fill has
+    /// its first bytes in (the origin answered for this version): the rest streams after the
+    /// header, so a cold read's client is not kept waiting for its whole body. `false`: the
+    /// bytes are cached or come from another read's fill; the caller holds them.
+    pub(crate) async fn cut_through(&mut self, index: u64) -> Result<bool, ServeError> {
+        let got = self.block(index).await?;
+        let streams = match &got {
+            Got::Own { from, .. } if !self.whole => {
+                let (_, lo, _) = self.need(index);
+                let at = index * self.bs() + u64::from(lo.max(*from));
+                match self.tap.as_mut() {
+                    Some(t) if t.ahead(at) => {
+                        t.first().await?;
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        self.primed = Some((index, Ok(got)));
+        Ok(streams)
+    }
+
     /// Where the bytes this response needs of block `index` come from.
     pub(crate) async fn block(&mut self, index: u64) -> Result<Got, FillError> {
         if self.primed.as_ref().is_some_and(|(i, _)| *i == index) {

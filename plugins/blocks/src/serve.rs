@@ -40,12 +40,12 @@ pub(crate) struct Opened {
 }
 
 /// Bytes held for the response before its headers go out: one piece (a hit), or several,
-/// and the first block not held.
+/// and the first block not held (the stream goes on from there).
 #[derive(Default)]
 pub(crate) struct Held {
     one: Option<Bytes>,
     more: Vec<Bytes>,
-    next: u64,
+    pub(crate) next: u64,
 }
 
 #[async_trait]
@@ -162,15 +162,31 @@ impl BlockFilter {
                 }
                 _ => {}
             }
-            // The first block is in hand before the headers (all of a response no longer
-            // than a block, which spans at most two): a version that changed at the origin
-            // re-resolves (the caller retries), other trouble is an error answer; neither
-            // becomes a body cut short after its headers.
+            // Before the headers: an object whose name may be rewritten has its first block in
+            // hand (all of a response no longer than a block, which spans at most two), so a
+            // version that changed at the origin re-resolves (the caller retries) and other
+            // trouble is an error answer, never a body cut short after its headers. An
+            // immutable object's response begins once its first bytes are in.
             let bs = self.cache.settings.block_bytes;
             let (b0, b1) = blocks_of(first, last, bs);
-            let upto = if last - first < bs { b1 } else { b0 };
+            let immutable = opened.map.class.immutable;
+            let upto = if last - first < bs && !immutable {
+                b1
+            } else {
+                b0
+            };
+            opened.head.next = b0;
             for i in b0..=upto {
-                match opened.reader.serve(i, &mut opened.head).await {
+                let held = match immutable {
+                    true => opened.reader.cut_through(i).await.map(|streams| !streams),
+                    false => Ok(true),
+                };
+                let served = match held {
+                    Ok(true) => opened.reader.serve(i, &mut opened.head).await,
+                    Ok(false) => break, // streams from block i after the header
+                    Err(e) => Err(e),
+                };
+                match served {
                     Ok(()) => opened.head.next = i + 1,
                     Err(ServeError::Fill(FillError::Changed)) => {
                         self.map.mark_stale(key.as_str(), &opened.map.etag);
@@ -200,7 +216,7 @@ impl BlockFilter {
         sink: &mut dyn Sink,
     ) -> Result<(), S3Error> {
         let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
-        let next = head.next.max(b0 + 1);
+        let next = head.next.max(b0);
         if let Err(e) = head.drain(sink).await {
             return Err(internal_serve(e));
         }

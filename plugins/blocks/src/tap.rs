@@ -125,6 +125,18 @@ impl Tap {
         buf.map_or(piece, BytesMut::freeze)
     }
 
+    /// Waits for the fill's first bytes (kept for `copy`): by then the origin (or owner) has
+    /// answered for this version.
+    pub(crate) async fn first(&mut self) -> Result<(), ServeError> {
+        if self.head.is_empty() {
+            match self.rx.recv().await {
+                Some(c) => self.head = c,
+                None => return Err(self.ended_early().await),
+            }
+        }
+        Ok(())
+    }
+
     async fn ended_early(&mut self) -> ServeError {
         match inflight::wait(self.result.clone()).await {
             Err(e) => ServeError::Fill(e),

@@ -216,3 +216,43 @@ async fn sparse_small_reads_keep_range_fills() {
     assert_eq!(bed.origin.counts().2, n * 4096);
     assert_eq!(bed.cache.neighbours.counts(), (n, 0));
 }
+
+/// A cold read of an immutable object begins its response once its fill's first bytes are in
+/// (the header does not wait for the whole body: cut-through); a rewritable object's response
+/// is held whole first, so a version change never cuts its body.
+#[tokio::test(start_paused = true)]
+async fn an_immutable_objects_cold_response_begins_with_its_first_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), 64 << 20);
+    let mut origin = super::origin::MemOrigin::default();
+    origin.piece_delay = Duration::from_millis(10);
+    let bed = Bed::with(dir, s, Arc::new(origin)).await;
+    for (key, held) in [("data/c.bin", false), ("c.bin", true)] {
+        let body = pattern(12, 2 * B);
+        bed.origin.put(key, body.clone());
+        bed.head(key).await.unwrap();
+        let ctx = super::ctx(floe_core::S3Op::GetObject, key);
+        let t0 = tokio::time::Instant::now();
+        let mut o = bed
+            .filter
+            .open(&ctx, Some("bytes=0-65535"), false)
+            .await
+            .unwrap()
+            .unwrap();
+        let waited = t0.elapsed();
+        // 30 ms to the answer, then four 16 KiB pieces 10 ms apart.
+        match held {
+            false => assert!(waited < Duration::from_millis(45), "{key}: {waited:?}"),
+            true => assert!(waited >= Duration::from_millis(70), "{key}: {waited:?}"),
+        }
+        assert_eq!(o.head.next, u64::from(held), "{key}");
+        let mut sink = super::Collect::default();
+        let k = floe_core::ObjectKey::parse(key).unwrap();
+        let head = std::mem::take(&mut o.head);
+        bed.filter
+            .stream(&mut o.reader, &k, (0, BS - 1), head, &mut sink)
+            .await
+            .unwrap();
+        assert!(sink.bytes == body.slice(..B), "{key}");
+    }
+}
