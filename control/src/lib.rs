@@ -2,7 +2,8 @@
 //!
 //! Named workers share one [`state::Control`]: the **watcher** polls the catalog and hands each
 //! commit to the **warmer**, which walks metadata.json, the manifest list, manifests and Parquet
-//! footers into the proxies' metadata stores and publishes the file map; the **heat** worker
+//! footers into the proxies' metadata stores, publishes the file map and sends each live file's
+//! column chunks to the proxies (column-chunk fills); the **heat** worker
 //! drains the proxies' access reports into a ledger by (table, partition, column); after a
 //! compaction the **prefetcher** warms the hottest column chunks of the new files. **status**
 //! serves the JSON `floe-control status` prints.
