@@ -50,9 +50,12 @@ impl BlockReader {
             || self.store(index) == Store::Metadata
             || held.is_some_and(|b| b.spans() >= MAX_SPANS);
         let Some(b) = held else {
-            return Some(match whole || self.neighbours_come(index) {
-                true => (0, len),
-                false => (lo, self.fill_hi(index).max(hi)),
+            // A small read whose neighbours come fetches its block from the read on: its own
+            // bytes first, the block's earlier bytes by a later read if one wants them.
+            return Some(match (whole, self.neighbours_come(index)) {
+                (true, _) => (0, len),
+                (false, true) => (lo, len),
+                (false, false) => (lo, self.fill_hi(index).max(hi)),
             });
         };
         if self.whole {
@@ -88,14 +91,15 @@ impl BlockReader {
     }
 
     /// Feeds the neighbour estimate with a small read's fill of `index`: a first touch when
-    /// the block held nothing and the fill is a range, a neighbour when it held some bytes.
-    pub(crate) fn note_touch(&self, index: u64, held: Option<&Block>, (from, to): (u32, u32)) {
+    /// the block held nothing and the fill is the read's range, a neighbour when it held some
+    /// bytes.
+    pub(crate) fn note_touch(&self, index: u64, held: Option<&Block>) {
         if !self.small(index) {
             return;
         }
         match held {
             Some(_) => self.cache.neighbours.neighbour(),
-            None if to - from < self.need(index).0 => self.cache.neighbours.first_touch(),
+            None if !self.neighbours_come(index) => self.cache.neighbours.first_touch(),
             None => {}
         }
     }

@@ -319,7 +319,7 @@ impl BlockReader {
             self.cache.inflight.release(&key);
             return None;
         };
-        self.note_touch(index, held.as_ref(), (from, to));
+        self.note_touch(index, held.as_ref());
         let mut run = vec![RunItem {
             index,
             key,
