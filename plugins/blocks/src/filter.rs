@@ -113,16 +113,12 @@ impl BlockFilter {
             ctx.cache = Some("pass");
             return Ok(false);
         }
-        let range = req
-            .headers
-            .get("range")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let range = req.headers.get("range").and_then(|v| v.to_str().ok());
         // S3 returns full-object checksums only on whole-object reads; current SDKs ask for them
         // on every GET. They are kept with the version and sent on whole answers only.
         let sums = range.is_none() && req.headers.contains_key("x-amz-checksum-mode");
         let head = ctx.op == S3Op::HeadObject;
-        let opened = match self.open(ctx, range.as_deref(), head).await? {
+        let opened = match self.open(ctx, range, head).await? {
             Some(o) => o,
             None => {
                 ctx.cache = Some("pass");

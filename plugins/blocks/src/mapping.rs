@@ -23,6 +23,8 @@ pub struct Mapping {
     pub etag: ETag,
     /// Shared form of the ETag for block keys.
     pub etag_key: Arc<str>,
+    /// The ETag as a header value, parsed once (`None`: not a valid value; sent as text).
+    pub etag_value: Option<http::HeaderValue>,
     /// Size in bytes.
     pub size: u64,
     /// Headers replayed on cached answers.
@@ -55,6 +57,7 @@ impl Mapping {
                 .collect()
         };
         Self {
+            etag_value: http::HeaderValue::from_str(head.etag.as_str()).ok(),
             etag: head.etag,
             etag_key,
             size: head.size,

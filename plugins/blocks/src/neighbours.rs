@@ -3,9 +3,8 @@
 //!
 //! A small read's range fill of a block that held nothing is a *first touch*; a later small
 //! read that misses on a block holding some bytes is a *neighbour*. When at least half the
-//! first-touched blocks saw a neighbour, neighbours are likely and a first touch fills its block
-//! from the read to the block's end (the read's own bytes come first; one more round trip at
-//! most completes the block), and a neighbour's miss fills the rest; otherwise a first touch
+//! first-touched blocks saw a neighbour, neighbours are likely and first touches fill whole
+//! blocks (one round trip then serves them all, as nginx's slices do); otherwise a first touch
 //! costs the origin only the bytes read. One block in [`EXPLORE`] keeps range fills whatever
 //! the estimate says, so the estimate follows the workload when it changes. Counts halve
 //! every [`WINDOW`] first touches: the estimate covers about the last thousand.

@@ -138,6 +138,7 @@ impl BlockFilter {
             _ => Arc::new(Mapping {
                 etag: etag.clone(),
                 etag_key: Arc::from(etag.as_str()),
+                etag_value: http::HeaderValue::from_str(etag.as_str()).ok(),
                 size,
                 headers: Vec::new(),
                 checksums: None,

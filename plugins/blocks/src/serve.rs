@@ -282,26 +282,38 @@ pub(crate) fn internal(e: Box<pingora::Error>) -> S3Error {
     .caused_by(e)
 }
 
+/// Header names the hit path sets, built once (a `&str` name is parsed on every insert).
+const X_FLOE_CACHE: http::HeaderName = http::HeaderName::from_static("x-floe-cache");
+const X_FLOE_ORIGIN_BYTES: http::HeaderName = http::HeaderName::from_static("x-floe-origin-bytes");
+const X_FLOE_NODE: http::HeaderName = http::HeaderName::from_static("x-floe-node");
+const X_AMZ_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-amz-request-id");
+const X_FLOE_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-floe-request-id");
+
+/// A cached answer's header. Per request it builds only the values that vary (lengths, range,
+/// request id); the version's ETag and replayed headers are values parsed once per mapping.
 pub(crate) fn response_header(
     map: &Mapping,
     status: u16,
     checksums: bool,
     (first, last, len): (u64, u64, u64),
-    (label, origin_bytes, node): (&str, u64, Option<&str>),
+    (label, origin_bytes, node): (&'static str, u64, Option<&str>),
     ctx: &FilterCtx,
 ) -> Result<ResponseHeader, S3Error> {
+    use http::header::{HeaderValue, ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, ETAG};
     let e = |e: Box<pingora::Error>| internal(e);
     let mut r = ResponseHeader::build(status, Some(12)).map_err(e)?;
-    r.insert_header("content-length", len.to_string())
+    r.insert_header(CONTENT_LENGTH, HeaderValue::from(len))
         .map_err(e)?;
-    r.insert_header("etag", map.etag.as_str()).map_err(e)?;
-    r.insert_header("accept-ranges", "bytes").map_err(e)?;
+    match &map.etag_value {
+        Some(v) => r.insert_header(ETAG, v.clone()),
+        None => r.insert_header(ETAG, map.etag.as_str()),
+    }
+    .map_err(e)?;
+    r.insert_header(ACCEPT_RANGES, HeaderValue::from_static("bytes"))
+        .map_err(e)?;
     if status == 206 {
-        r.insert_header(
-            "content-range",
-            format!("bytes {first}-{last}/{}", map.size),
-        )
-        .map_err(e)?;
+        r.insert_header(CONTENT_RANGE, format!("bytes {first}-{last}/{}", map.size))
+            .map_err(e)?;
     }
     for (k, v) in &map.headers {
         r.append_header(k.clone(), v.clone()).map_err(e)?;
@@ -312,15 +324,35 @@ pub(crate) fn response_header(
             r.append_header(k.clone(), v.clone()).map_err(e)?;
         }
     }
-    r.insert_header("x-floe-cache", label).map_err(e)?;
-    r.insert_header("x-floe-origin-bytes", origin_bytes.to_string())
+    r.insert_header(X_FLOE_CACHE, HeaderValue::from_static(label))
+        .map_err(e)?;
+    r.insert_header(X_FLOE_ORIGIN_BYTES, HeaderValue::from(origin_bytes))
         .map_err(e)?;
     if let Some(n) = node {
-        r.insert_header("x-floe-node", n).map_err(e)?;
+        r.insert_header(X_FLOE_NODE, n).map_err(e)?;
     }
-    r.insert_header("x-amz-request-id", ctx.request_id.to_string())
-        .map_err(e)?;
-    r.insert_header("x-floe-request-id", ctx.request_id.to_string())
-        .map_err(e)?;
+    let id = HeaderValue::from_bytes(&hex16(ctx.request_id.as_u64()))
+        .map_err(|x| S3Error::new(S3ErrorCode::InternalError, "request id").caused_by(x))?;
+    r.insert_header(X_AMZ_REQUEST_ID, id.clone()).map_err(e)?;
+    r.insert_header(X_FLOE_REQUEST_ID, id).map_err(e)?;
     Ok(r)
+}
+
+/// `id` as 16 uppercase hex digits (as `RequestId` displays), on the stack.
+fn hex16(id: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = b"0123456789ABCDEF"[((id >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_ids_render_as_their_display() {
+        let id = floe_core::RequestId::next();
+        assert_eq!(super::hex16(id.as_u64()), id.to_string().as_bytes());
+        assert_eq!(&super::hex16(0xAB), b"00000000000000AB");
+    }
 }
