@@ -85,10 +85,11 @@ impl FileMap {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn info(table: &str) -> FileInfo {
+    /// A file of `table` with two column chunks: 4+40 and 44+40 of 100 bytes.
+    pub(crate) fn info(table: &str) -> FileInfo {
         FileInfo {
             table: Arc::from(table),
             partition: Arc::from("p=1"),
