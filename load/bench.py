@@ -119,6 +119,18 @@ def start_minio():
     return p, s3
 
 
+def minio_in(work, bucket):
+    """MinIO (with the audit sink) in a new folder `work`, with `bucket` made: for the benchmarks
+    that start their own origin (load/soak.py, load/hedge_bench.py)."""
+    global WORK
+    work.mkdir(parents=True)
+    WORK = work
+    minio, s3 = start_minio()
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=bucket)
+    return minio, s3
+
+
 def make_parquet_set(s3, files, size):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -91,11 +91,7 @@ def floe_pass(tmp, relay, bodies, hedge, n):
 def main():
     import bench
     work = conftest.CACHE / "bench" / f"hedge-{int(time.time())}"
-    work.mkdir(parents=True)
-    bench.WORK = work
-    minio, s3 = bench.start_minio()
-    if BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-        s3.create_bucket(Bucket=BUCKET)
+    minio, s3 = bench.minio_in(work, BUCKET)
     relay = Relay(minio.port)
     relay.delay = DELAY_S
     try:

@@ -213,12 +213,8 @@ def peak(fleet, objects, seconds=20):
 
 def main():
     work = conftest.CACHE / "soak" / str(int(time.time()))
-    work.mkdir(parents=True)
     import bench  # noqa: E402  (MinIO helper)
-    bench.WORK = work
-    minio, s3 = bench.start_minio()
-    if BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-        s3.create_bucket(Bucket=BUCKET)
+    minio, s3 = bench.minio_in(work, BUCKET)
     relay = Relay(minio.port)
     fleet = Fleet(work, relay.port)
     samples, failures = [], []

@@ -264,10 +264,8 @@ impl BlockFilter {
         let whole = self.cache.settings.fill == Fill::Block || class.store == Store::Metadata;
         let own = self.own_span(key, class, range);
         // One node reading a known column chunk's start fetches on to the chunk's end.
-        let chunk = match (&own, whole, self.fleet.is_some()) {
-            (None, false, false) => self.chunk_span(key, range),
-            _ => None,
-        };
+        let one_node_data = own.is_none() && !whole && self.fleet.is_none();
+        let chunk = one_node_data.then(|| self.chunk_span(key, range)).flatten();
         let range = own.as_deref().or(chunk.as_deref()).or(range);
         let aligned = range.filter(|_| whole).map(|r| align(r, bs));
         let range = aligned.as_deref().or(range);
