@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::conditions::Conditions;
 use floe_core::fleet::Fleet;
 use floe_core::{
     BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error, S3Op,
@@ -118,7 +119,8 @@ impl BlockFilter {
         // on every GET. They are kept with the version and sent on whole answers only.
         let sums = range.is_none() && req.headers.contains_key("x-amz-checksum-mode");
         let head = ctx.op == S3Op::HeadObject;
-        let opened = match self.open(ctx, range, head).await? {
+        let conditions = Conditions::of(&req.headers);
+        let opened = match self.open(ctx, range, head, &conditions).await? {
             Some(o) => o,
             None => {
                 ctx.cache = Some("pass");
@@ -139,7 +141,8 @@ impl BlockFilter {
         let Some(key) = ctx.key.clone() else {
             return Ok(false);
         };
-        if sums && map.checksums.is_none() {
+        let not_modified = status == 304;
+        if sums && !not_modified && map.checksums.is_none() {
             // Resolved by a ranged answer: one HEAD learns the checksums of this version.
             match self.learn_checksums(&key, &map).await {
                 Some(m) => map = m,
@@ -149,7 +152,11 @@ impl BlockFilter {
                 }
             }
         }
-        let body_len = if map.size == 0 { 0 } else { last - first + 1 };
+        let body_len = if map.size == 0 || not_modified {
+            0
+        } else {
+            last - first + 1
+        };
         // Counted while this response waits on the origin (released when serve returns).
         let _miss = (missing > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
         ctx.cache = Some(label);

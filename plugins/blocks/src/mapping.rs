@@ -33,6 +33,8 @@ pub struct Mapping {
     /// Full-object checksum headers, sent on whole-object answers to checksum-mode requests;
     /// `None`: not known (resolved by a ranged answer).
     pub checksums: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
+    /// Its Last-Modified (from the replayed header), for conditional reads; `None`: unknown.
+    pub last_modified: Option<std::time::SystemTime>,
     /// Its class.
     pub class: Class,
     /// When it was last confirmed with the origin.
@@ -56,7 +58,13 @@ impl Mapping {
                 })
                 .collect()
         };
+        let last_modified = head
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("last-modified"))
+            .and_then(|(_, v)| httpdate::parse_http_date(v).ok());
         Self {
+            last_modified,
             etag_value: http::HeaderValue::from_str(head.etag.as_str()).ok(),
             etag: head.etag,
             etag_key,

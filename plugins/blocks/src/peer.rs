@@ -142,6 +142,7 @@ impl BlockFilter {
                 size,
                 headers: Vec::new(),
                 checksums: None,
+                last_modified: None,
                 class: self.class_of(key.as_str()),
                 checked: Instant::now(),
                 stale: false,

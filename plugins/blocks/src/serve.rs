@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::conditions::{Conditions, Verdict};
 use floe_core::fleet::PeerSource;
 use floe_core::{ETag, FilterCtx, ObjectKey, S3Error, S3ErrorCode};
 use pingora::http::ResponseHeader;
@@ -73,19 +74,24 @@ impl Held {
 }
 
 impl BlockFilter {
-    /// Resolves the request's key and plans the read of `range` (the Range header): `Ok(None)`
-    /// when the origin should answer instead (unknown key, multi-range, origin trouble).
+    /// Resolves the request's key, evaluates its `conditions` against the version held, and
+    /// plans the read of `range` (the Range header): `Ok(None)` when the origin should answer
+    /// instead (unknown key, multi-range, origin trouble). A 304 is an `Opened` of status 304
+    /// (no body); a 412 is the error.
     pub(crate) async fn open(
         &self,
         ctx: &FilterCtx,
         range: Option<&str>,
         head: bool,
+        conditions: &Conditions,
     ) -> Result<Option<Opened>, S3Error> {
-        match self.open_once(ctx, range, head).await? {
-            // The owner could not honour the version this node knew: resolve again, once.
+        match self.open_once(ctx, range, head, conditions).await? {
+            // The owner could not honour the version this node knew, or the client's If-Match
+            // names another version than the one held: resolve again, once.
             Err((key, etag)) => {
                 self.map.mark_stale(key.as_str(), &etag);
-                Ok(self.open_once(ctx, range, head).await?.ok().flatten())
+                let again = self.open_once(ctx, range, head, conditions).await?;
+                Ok(again.ok().flatten())
             }
             Ok(o) => Ok(o),
         }
@@ -96,9 +102,14 @@ impl BlockFilter {
         ctx: &FilterCtx,
         range: Option<&str>,
         head: bool,
+        conditions: &Conditions,
     ) -> Result<Result<Option<Opened>, (ObjectKey, ETag)>, S3Error> {
-        // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a HEAD.
-        let probe = if head { Probe::Head } else { Probe::Get(range) };
+        // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a
+        // HEAD, and so do reads that may be answered 304 (no body to fetch for them).
+        let probe = match head || conditions.may_not_modify() {
+            true => Probe::Head,
+            false => Probe::Get(range),
+        };
         let Ok(Some(Resolution {
             map,
             known,
@@ -107,6 +118,25 @@ impl BlockFilter {
         else {
             return Ok(Ok(None));
         };
+        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
+            return Ok(Ok(None));
+        };
+        // Conditions before the range, as S3 evaluates them.
+        match conditions.evaluate(map.etag.as_str(), map.last_modified) {
+            Verdict::Proceed => {}
+            // The client knows a version this node does not hold: the origin may have it.
+            Verdict::PreconditionFailed { by_if_match: true } if known => {
+                return Ok(Err((key.clone(), map.etag.clone())));
+            }
+            Verdict::PreconditionFailed { .. } => {
+                return Err(not_modified_headers(S3Error::precondition_failed(), &map));
+            }
+            Verdict::NotModified => {
+                let reader = self.reader((bucket, key), &map, (0, 0), false);
+                let label = if known { "hit" } else { "miss" };
+                return Ok(Ok(Some(Opened::not_modified(map, reader, label))));
+            }
+        }
         let size = map.size;
         let (first, last, status) = match resolve(range, size) {
             RangeAsk::Multi => return Ok(Ok(None)),
@@ -114,9 +144,6 @@ impl BlockFilter {
             RangeAsk::Whole if size == 0 => (0, 0, 200),
             RangeAsk::Whole => (0, size - 1, 200),
             RangeAsk::Part { first, last } => (first, last, 206),
-        };
-        let (Some(bucket), Some(key)) = (&ctx.bucket, &ctx.key) else {
-            return Ok(Ok(None));
         };
         let mut reader = self.reader((bucket, key), &map, (first, last), false);
         if let Some(a) = adopted {
@@ -199,6 +226,32 @@ impl BlockFilter {
             }
         }
         Ok(Ok(Some(opened)))
+    }
+}
+
+impl Opened {
+    /// A 304 for version `map`: headers only.
+    fn not_modified(map: Arc<Mapping>, reader: BlockReader, label: &'static str) -> Self {
+        Self {
+            map,
+            status: 304,
+            first: 0,
+            last: 0,
+            reader,
+            label,
+            missing: 0,
+            node: None,
+            head: Held::default(),
+        }
+    }
+}
+
+/// `err` with the ETag and Last-Modified of `map`, as S3 sends them on a 412.
+fn not_modified_headers(err: S3Error, map: &Mapping) -> S3Error {
+    let err = err.with_header("etag", map.etag.as_str());
+    match map.headers.iter().find(|(k, _)| k == "last-modified") {
+        Some((_, v)) => err.with_header("last-modified", v.to_str().unwrap_or_default()),
+        None => err,
     }
 }
 
@@ -289,6 +342,10 @@ const X_FLOE_NODE: http::HeaderName = http::HeaderName::from_static("x-floe-node
 const X_AMZ_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-amz-request-id");
 const X_FLOE_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-floe-request-id");
 
+/// The replayed headers a 304 keeps (RFC 9110 §15.4.5: those a 200 would have sent that
+/// describe the version and its caching).
+const NOT_MODIFIED_KEEPS: [&str; 3] = ["last-modified", "cache-control", "expires"];
+
 /// A cached answer's header. Per request it builds only the values that vary (lengths, range,
 /// request id); the version's ETag and replayed headers are values parsed once per mapping.
 pub(crate) fn response_header(
@@ -302,21 +359,29 @@ pub(crate) fn response_header(
     use http::header::{HeaderValue, ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, ETAG};
     let e = |e: Box<pingora::Error>| internal(e);
     let mut r = ResponseHeader::build(status, Some(12)).map_err(e)?;
-    r.insert_header(CONTENT_LENGTH, HeaderValue::from(len))
-        .map_err(e)?;
+    // A 304 carries the version's validators and caching headers, no entity headers.
+    let not_modified = status == 304;
+    if !not_modified {
+        r.insert_header(CONTENT_LENGTH, HeaderValue::from(len))
+            .map_err(e)?;
+    }
     match &map.etag_value {
         Some(v) => r.insert_header(ETAG, v.clone()),
         None => r.insert_header(ETAG, map.etag.as_str()),
     }
     .map_err(e)?;
-    r.insert_header(ACCEPT_RANGES, HeaderValue::from_static("bytes"))
-        .map_err(e)?;
+    if !not_modified {
+        r.insert_header(ACCEPT_RANGES, HeaderValue::from_static("bytes"))
+            .map_err(e)?;
+    }
     if status == 206 {
         r.insert_header(CONTENT_RANGE, format!("bytes {first}-{last}/{}", map.size))
             .map_err(e)?;
     }
     for (k, v) in &map.headers {
-        r.append_header(k.clone(), v.clone()).map_err(e)?;
+        if !not_modified || NOT_MODIFIED_KEEPS.contains(&k.as_str()) {
+            r.append_header(k.clone(), v.clone()).map_err(e)?;
+        }
     }
     // Full-object checksums belong to whole-object answers only, as S3 sends them.
     if checksums && status == 200 {

@@ -28,6 +28,7 @@ pub enum S3ErrorCode {
     NoSuchKey,
     NoSuchUpload,
     NotImplemented,
+    PreconditionFailed,
     RequestTimeTooSkewed,
     ServiceUnavailable,
     SignatureDoesNotMatch,
@@ -59,6 +60,7 @@ impl S3ErrorCode {
             MissingContentLength => 411,
             NoSuchBucket | NoSuchKey | NoSuchUpload => 404,
             NotImplemented => 501,
+            PreconditionFailed => 412,
             InternalError => 500,
             ServiceUnavailable | SlowDown => 503,
         }
@@ -90,6 +92,7 @@ impl S3ErrorCode {
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
             NotImplemented => "NotImplemented",
+            PreconditionFailed => "PreconditionFailed",
             RequestTimeTooSkewed => "RequestTimeTooSkewed",
             ServiceUnavailable => "ServiceUnavailable",
             SignatureDoesNotMatch => "SignatureDoesNotMatch",
@@ -156,6 +159,14 @@ impl S3Error {
             "The requested range is not satisfiable",
         )
         .with_header("content-range", format!("bytes */{size}"))
+    }
+
+    /// S3's 412 for a read whose `If-Match` or `If-Unmodified-Since` does not hold.
+    pub fn precondition_failed() -> Self {
+        Self::new(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )
     }
 
     /// This error, sent with one more header.

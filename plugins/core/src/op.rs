@@ -251,18 +251,13 @@ const OTHER_QUERY: &[&str] = &[
     "response-expires",
 ];
 
-/// Headers that make a read conditional or key-dependent: a cache passes it on.
-const OTHER_HEADERS: &[&str] = &[
-    "if-match",
-    "if-none-match",
-    "if-modified-since",
-    "if-unmodified-since",
-    "x-amz-server-side-encryption-customer-algorithm",
-];
+/// Headers that make a read key-dependent: a cache passes it on. (Conditional headers do not:
+/// a cache evaluates them against the version it holds, see [`crate::conditions`].)
+const OTHER_HEADERS: &[&str] = &["x-amz-server-side-encryption-customer-algorithm"];
 
 /// Whether a GET or HEAD with `query` and `headers` reads the current version's bytes as
-/// stored (whole, or one range): what a cache stage serves. A read that is not (see
-/// `OTHER_QUERY`, `OTHER_HEADERS`, or several ranges) goes to the origin.
+/// stored (whole, or one range), conditionally or not: what a cache stage serves. A read that
+/// is not (see `OTHER_QUERY`, `OTHER_HEADERS`, or several ranges) goes to the origin.
 pub fn plain_read(query: &str, headers: &http::HeaderMap) -> bool {
     let other_query = query
         .split('&')
@@ -357,7 +352,11 @@ mod tests {
         assert!(plain_read("x-id=GetObject", &h(&[("range", "bytes=0-9")])));
         assert!(!plain_read("versionId=3", &h(&[])));
         assert!(!plain_read("partNumber=1&x-id=GetObject", &h(&[])));
-        assert!(!plain_read("", &h(&[("if-none-match", "\"e\"")])));
+        assert!(plain_read("", &h(&[("if-none-match", "\"e\"")])));
+        assert!(plain_read(
+            "",
+            &h(&[("if-match", "\"e\""), ("range", "bytes=0-9")])
+        ));
         assert!(!plain_read("", &h(&[("range", "bytes=0-1,5-6")])));
     }
 }

@@ -3,9 +3,11 @@
 //! such a write (it is dropped from the index, so propagation never resurrects it).
 
 use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floe_core::conditions::{Conditions, Verdict};
 use floe_core::range::{resolve, RangeAsk};
 use floe_core::spans::{Phase, Started};
 use floe_core::{ByteStream, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op};
@@ -132,6 +134,35 @@ impl WritebackFilter {
     ) -> Result<bool, S3Error> {
         let size = r.geometry.size;
         let head = ctx.op == S3Op::HeadObject;
+        // The staged write is the newest acknowledged version: its conditions are final here.
+        let modified = UNIX_EPOCH + Duration::from_millis(r.acked_ms);
+        let last_modified = httpdate::fmt_http_date(modified);
+        let conditions = Conditions::of(&session.req_header().headers);
+        match conditions.evaluate(&r.etag, Some(modified)) {
+            Verdict::Proceed => {}
+            Verdict::PreconditionFailed { .. } => {
+                return Err(S3Error::precondition_failed()
+                    .with_header("etag", r.etag.as_str())
+                    .with_header("last-modified", last_modified));
+            }
+            Verdict::NotModified => {
+                let mut resp = ResponseHeader::build(304, Some(4)).map_err(internal)?;
+                resp.insert_header("etag", r.etag.as_str())
+                    .map_err(internal)?;
+                resp.insert_header("last-modified", last_modified)
+                    .map_err(internal)?;
+                resp.insert_header("x-floe-writeback", "dirty")
+                    .map_err(internal)?;
+                resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
+                    .map_err(internal)?;
+                ctx.cache = Some("writeback");
+                session
+                    .write_response_header(Box::new(resp), true)
+                    .await
+                    .map_err(internal)?;
+                return Ok(true);
+            }
+        }
         let (status, first, last) = match resolve(header(session, "range"), size) {
             RangeAsk::Part { first, last } => (206, first, last),
             RangeAsk::Unsatisfiable => return Err(S3Error::invalid_range(size)),
@@ -151,6 +182,10 @@ impl WritebackFilter {
         }
         for (k, v) in &r.headers {
             resp.append_header(k.clone(), v.clone()).map_err(internal)?;
+        }
+        if !r.headers.iter().any(|(k, _)| k == "last-modified") {
+            resp.insert_header("last-modified", last_modified)
+                .map_err(internal)?;
         }
         resp.insert_header("x-floe-writeback", "dirty")
             .map_err(internal)?;

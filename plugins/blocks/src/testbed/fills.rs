@@ -239,7 +239,7 @@ async fn an_immutable_objects_cold_response_begins_with_its_first_bytes() {
         let t0 = tokio::time::Instant::now();
         let mut o = bed
             .filter
-            .open(&ctx, Some("bytes=0-65535"), false)
+            .open(&ctx, Some("bytes=0-65535"), false, &Default::default())
             .await
             .unwrap()
             .unwrap();

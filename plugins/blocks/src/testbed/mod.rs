@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
+use floe_core::conditions::Conditions;
 use floe_core::{BucketName, FilterCtx, ObjectKey, S3Error, S3Op};
 
 use crate::cache::{BlockCache, CacheSettings, Fill};
@@ -115,10 +116,50 @@ impl Bed {
         range: Option<&str>,
         sink: &mut Collect,
     ) -> Result<Read, S3Error> {
-        let ctx = ctx(S3Op::GetObject, key);
-        let Some(mut o) = self.filter.open(&ctx, range, false).await? else {
+        self.read(S3Op::GetObject, key, range, &Conditions::default(), sink)
+            .await
+    }
+
+    /// A GET (or HEAD, `op`) with the conditional headers `conditions`, as a client sends
+    /// them.
+    pub async fn get_if(
+        &self,
+        op: S3Op,
+        key: &str,
+        range: Option<&str>,
+        conditions: &[(&str, &str)],
+    ) -> Result<Read, S3Error> {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in conditions {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            headers.insert(name, value.parse().unwrap());
+        }
+        let conditions = Conditions::of(&headers);
+        self.read(op, key, range, &conditions, &mut Collect::default())
+            .await
+    }
+
+    async fn read(
+        &self,
+        op: S3Op,
+        key: &str,
+        range: Option<&str>,
+        conditions: &Conditions,
+        sink: &mut Collect,
+    ) -> Result<Read, S3Error> {
+        let ctx = ctx(op, key);
+        let head = op == S3Op::HeadObject;
+        let Some(mut o) = self.filter.open(&ctx, range, head, conditions).await? else {
             return Ok(Read::Pass);
         };
+        if head || o.status == 304 {
+            return Ok(Read::Served {
+                status: o.status,
+                bytes: Bytes::new(),
+                label: o.label,
+                etag: o.map.etag.as_str().to_owned(),
+            });
+        }
         let k = ObjectKey::parse(key).unwrap();
         self.filter
             .stream(
@@ -130,6 +171,7 @@ impl Bed {
             )
             .await?;
         Ok(Read::Served {
+            status: o.status,
             bytes: std::mem::take(&mut sink.bytes).freeze(),
             label: o.label,
             etag: o.map.etag.as_str().to_owned(),
@@ -139,7 +181,8 @@ impl Bed {
     /// A HEAD of `key` (resolves the mapping without fetching bytes).
     pub async fn head(&self, key: &str) -> Option<String> {
         let ctx = ctx(S3Op::HeadObject, key);
-        let o = self.filter.open(&ctx, None, true).await.ok()??;
+        let none = Conditions::default();
+        let o = self.filter.open(&ctx, None, true, &none).await.ok()??;
         Some(o.map.etag.as_str().to_owned())
     }
 }
@@ -149,6 +192,7 @@ impl Bed {
 pub enum Read {
     /// The cache served it.
     Served {
+        status: u16,
         bytes: Bytes,
         label: &'static str,
         etag: String,
@@ -162,6 +206,14 @@ impl Read {
     pub fn bytes(&self) -> &Bytes {
         match self {
             Read::Served { bytes, .. } => bytes,
+            Read::Pass => panic!("the cache passed the read to the origin"),
+        }
+    }
+
+    /// The status answered (panics on a pass).
+    pub fn status(&self) -> u16 {
+        match self {
+            Read::Served { status, .. } => *status,
             Read::Pass => panic!("the cache passed the read to the origin"),
         }
     }
@@ -211,6 +263,8 @@ pub fn pattern(seed: u8, n: usize) -> Bytes {
         .collect::<Vec<u8>>()
         .into()
 }
+#[cfg(test)]
+mod conditional;
 #[cfg(test)]
 mod fills;
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -16,6 +16,12 @@ use floe_core::{
 use tokio::sync::Notify;
 
 use crate::range::{resolve, RangeAsk};
+
+/// When version `n` (ETag `"vn"`) was written: the bed's clock starts at 2026-12-01 12:00:00
+/// GMT and each version is one second younger than the one before.
+pub fn last_modified(n: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_796_126_400 + n)
+}
 
 /// What the next GET answers instead of the truth.
 #[derive(Debug, Clone)]
@@ -115,10 +121,15 @@ impl MemOrigin {
     }
 
     fn head_of(etag: &ETag, body: &Bytes) -> ObjectHead {
+        let n = etag.as_str().trim_matches('"').trim_start_matches('v');
+        let modified = last_modified(n.parse().unwrap_or(0));
         ObjectHead {
             etag: etag.clone(),
             size: body.len() as u64,
-            headers: vec![("content-type".into(), "application/octet-stream".into())],
+            headers: vec![
+                ("content-type".into(), "application/octet-stream".into()),
+                ("last-modified".into(), httpdate::fmt_http_date(modified)),
+            ],
             checksums: None,
         }
     }
