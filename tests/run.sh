@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need (Python venv with boto3/awscli/DuckDB/PyIceberg/Polars/pyarrow,
-# MinIO from the Go module proxy, the Iceberg REST catalog fixture from Maven Central, the
+# Installs what the tests need (Python venv with boto3/awscli/DuckDB/PyIceberg/Polars/pyarrow/chDB,
+# MinIO from the Go module proxy, the Iceberg REST catalog fixture and Trino from Maven Central, the
 # client-matrix programs), builds Floe, then runs the Rust and the Python suites.
 # Everything is cached under ${FLOE_CACHE:-~/.cache/floe} so reruns are fast.
 set -euo pipefail
@@ -13,7 +13,7 @@ if [ ! -x "$FLOE_CACHE/venv/bin/python" ]; then
   python3 -m venv "$FLOE_CACHE/venv"
 fi
 PY="$FLOE_CACHE/venv/bin/python"
-if ! "$PY" -c "import boto3, duckdb, duckdb_extension_iceberg, pyiceberg, polars, pyarrow, pytest, awscli, jsonschema" 2>/dev/null; then
+if ! "$PY" -c "import boto3, duckdb, duckdb_extension_iceberg, pyiceberg, polars, pyarrow, pytest, awscli, jsonschema, chdb" 2>/dev/null; then
   # Two steps: one pip call with pyiceberg's extras backtracks for minutes.
   "$PY" -m pip install -q boto3 awscli pytest
   "$PY" -m pip install -q -r tests/requirements.txt
@@ -43,6 +43,7 @@ fi
 export FLOE_ICEBERG_REST="$(tests/catalog/fetch.sh)"
 
 tests/clients/build.sh   # the client matrix: AWS SDKs for Go and Java, s3fs, mc
+tests/trino/fetch.sh >/dev/null   # Trino 476 for tests/test_engines.py (runs on Temurin 25)
 tests/otelcol/build.sh >/dev/null   # a real OpenTelemetry Collector for the OTLP tests
 
 cargo build --bin floe-proxy --bin floe-control

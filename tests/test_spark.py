@@ -111,3 +111,38 @@ def test_parquet_over_s3a_through_floe_equals_direct(stack):
             .write.mode("overwrite").parquet(path)
         got[side] = [tuple(r) for r in spark.read.parquet(path).groupBy("k").count().orderBy("k").collect()]
     assert got["floe"] == got["direct"] and sum(r[1] for r in got["floe"]) == 50_000
+
+
+def test_a_repeated_s3a_read_with_default_change_detection_is_served_from_the_cache(stack):
+    """S3A's default change detection (mode server, source etag) sends its reads with
+    If-Match: the repeat of a read must still make no origin GET for the data files."""
+    spark, relay = stack["spark"], stack["relay"]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    path = f"{BUCKET}/spark/s3a-repeat"
+    for side in ("direct", "floe"):  # written straight to MinIO, read through Floe
+        port, key, secret = stack["sides"][side]
+        for k, v in {"fs.s3a.endpoint": f"http://127.0.0.1:{port}", "fs.s3a.access.key": key,
+                     "fs.s3a.secret.key": secret, "fs.s3a.path.style.access": "true",
+                     "fs.s3a.connection.ssl.enabled": "false", "fs.s3a.endpoint.region": "us-east-1",
+                     "fs.s3a.impl.disable.cache": "true"}.items():
+            conf.set(k, v)
+        if side == "direct":
+            spark.range(0, 80_000).selectExpr("id", "id % 5 AS k").write.mode("overwrite") \
+                .parquet(f"s3a://{path}")
+    assert conf.get("fs.s3a.change.detection.mode") in (None, "server")
+
+    def query():
+        rows = spark.read.parquet(f"s3a://{path}").groupBy("k").count().orderBy("k").collect()
+        return [tuple(r) for r in rows]
+
+    def data_gets(mark):
+        return [t for m, t in relay.lines[mark:] if m == "GET" and t.startswith(f"/{path}/")
+                and ".parquet" in t]
+
+    mark = len(relay.lines)
+    first = query()
+    assert sum(r[1] for r in first) == 80_000
+    assert data_gets(mark), "the first read did not reach the origin through Floe"
+    mark = len(relay.lines)
+    assert query() == first
+    assert data_gets(mark) == [], "the repeated s3a read went to the origin"
