@@ -214,11 +214,12 @@ routes:
 """
 
 
-def start_custom_floe(tmp, relay_port, port, server_yaml, cache="", filters="[sigv4]", origin="", **env):
+def start_custom_floe(tmp, relay_port, port, server_yaml, cache="", filters="[sigv4]", origin="",
+                      bucket=BUCKET, **env):
     """A floe-proxy with one route to the test bucket and the given `server:` section body
     (`origin`: more keys of the origin's section, indented by four)."""
     conf = tmp / "floe.yaml"
-    conf.write_text(CUSTOM_YAML.format(server=server_yaml, relay=relay_port, bucket=BUCKET,
+    conf.write_text(CUSTOM_YAML.format(server=server_yaml, relay=relay_port, bucket=bucket,
                                        c1=CLIENT[0], s1=CLIENT[1], cache=cache, filters=filters, origin=origin))
     full_env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, **env)
     return Proc([str(FLOE_BIN), "--config", str(conf)], full_env, tmp / "floe.log", port, "floe-proxy")
@@ -228,7 +229,8 @@ ADMIN_TOKEN = "floe-test-admin-token"
 
 
 def start_cached_floe(tmp, relay_port, cache_dir, data=(64 << 20, 256 << 20), meta=(32 << 20, 64 << 20),
-                      extra_cache="", admin_tls=None, extra_server="", extra_origin="", **env):
+                      extra_cache="", admin_tls=None, extra_server="", extra_origin="", bucket=BUCKET,
+                      **env):
     """A floe-proxy whose route has [sigv4, blocks], with an admin API (p.admin(method, path));
     `admin_tls=(ca, cert, key)` serves the admin API over TLS."""
     port, aport = free_port(), free_port()
@@ -246,7 +248,8 @@ admin:
 """
     p = start_custom_floe(tmp, relay_port, port, f"""  listeners: [{{address: "127.0.0.1:{port}"}}]
   grace_period_seconds: 1
-{extra_server}""", cache=cache, filters="[sigv4, blocks]", origin=extra_origin, **env)
+{extra_server}""", cache=cache, filters="[sigv4, blocks]", origin=extra_origin, bucket=bucket,
+                          **env)
     wait_port(aport, p.proc, "floe admin")
 
     def admin(method, path):

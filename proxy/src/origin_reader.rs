@@ -57,14 +57,15 @@ impl PingoraOriginReader {
         method: &str,
         extra: &[(&str, String)],
     ) -> Result<(HttpSession, HttpPeer, OwnedSemaphorePermit, u16), OriginError> {
-        self.send_body(bucket, key, method, extra, None).await
+        self.send_body(bucket, (key, ""), method, extra, None).await
     }
 
-    /// As `send`, streaming `body` (its length already in `extra`'s content-length).
+    /// As `send`, streaming `body` (its length already in `extra`'s content-length), with the
+    /// URI query `query` (encoded; `""`: none).
     async fn send_body(
         &self,
         bucket: &BucketName,
-        key: &ObjectKey,
+        (key, query): (&ObjectKey, &str),
         method: &str,
         extra: &[(&str, String)],
         mut body: Option<Box<dyn ByteStream>>,
@@ -93,7 +94,7 @@ impl PingoraOriginReader {
                 &mut req,
                 bucket.as_str(),
                 &raw_key,
-                "",
+                query,
                 &UpstreamPayload::Unsigned,
             )
             .map_err(|e| transport(&e))?;
@@ -194,25 +195,37 @@ impl OriginReader for PingoraOriginReader {
         key: &ObjectKey,
         if_none_match: Option<&ETag>,
     ) -> Result<Option<ObjectHead>, OriginError> {
-        let mut extra: Vec<(&str, String)> = if_none_match
+        let extra: Vec<(&str, String)> = if_none_match
             .map(|e| ("if-none-match", e.as_str().to_owned()))
             .into_iter()
             .collect();
-        extra.push((CHECKSUM_MODE.0, CHECKSUM_MODE.1.to_owned()));
-        let (session, peer, _permit, status) = self.send(bucket, key, "HEAD", &extra).await?;
-        let result = match status {
-            304 => Ok(None),
-            404 => Err(OriginError::NotFound),
-            200 => {
-                let size = header(&session, "content-length").and_then(|l| l.parse().ok());
-                object_head(&session, size, true).map(Some)
-            }
-            s => Err(OriginError::Status(s)),
-        };
-        self.connector
-            .release_http_session(session, &peer, IDLE)
-            .await;
-        result
+        self.head_query(bucket, (key, ""), extra).await
+    }
+
+    async fn head_version(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        version: &str,
+    ) -> Result<Option<ObjectHead>, OriginError> {
+        let query = format!("versionId={}", uri_encode(version, true));
+        match self.head_query(bucket, (key, &query), Vec::new()).await {
+            // No such version (or a delete marker, 405): the origin answers the client itself.
+            Err(OriginError::NotFound | OriginError::Status(400 | 405)) => Ok(None),
+            other => other,
+        }
+    }
+
+    async fn get_version_range(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        version: &str,
+        etag: &ETag,
+        range: (u64, u64),
+    ) -> Result<Box<dyn ByteStream>, OriginError> {
+        let query = format!("versionId={}", uri_encode(version, true));
+        self.range_once(bucket, (key, &query), etag, range).await
     }
 
     async fn put(
@@ -229,7 +242,7 @@ impl OriginReader for PingoraOriginReader {
             .collect();
         extra.push(("content-length", len.to_string()));
         let (mut session, peer, _permit, status) = self
-            .send_body(bucket, key, "PUT", &extra, Some(body))
+            .send_body(bucket, (key, ""), "PUT", &extra, Some(body))
             .await?;
         let etag = header(&session, "etag");
         while let Ok(Some(_)) = session.read_response_body().await {}
@@ -310,10 +323,12 @@ impl OriginReader for PingoraOriginReader {
         last: u64,
     ) -> Result<Box<dyn ByteStream>, OriginError> {
         let Some(hedge) = self.origin.hedge.as_ref() else {
-            return self.range_once(bucket, key, etag, first, last).await;
+            return self
+                .range_once(bucket, (key, ""), etag, (first, last))
+                .await;
         };
         let (r, outcome) = hedge
-            .run(move || self.range_once(bucket, key, etag, first, last))
+            .run(move || self.range_once(bucket, (key, ""), etag, (first, last)))
             .await;
         crate::metrics::range_read(&self.origin.name, outcome);
         r
@@ -321,20 +336,49 @@ impl OriginReader for PingoraOriginReader {
 }
 
 impl PingoraOriginReader {
-    /// One ranged GET of version `etag` (`If-Match`), answered once its headers are in.
+    /// A HEAD of `key` with the URI query `query` (a version) and the headers `extra`, in
+    /// checksum mode.
+    async fn head_query(
+        &self,
+        bucket: &BucketName,
+        (key, query): (&ObjectKey, &str),
+        mut extra: Vec<(&str, String)>,
+    ) -> Result<Option<ObjectHead>, OriginError> {
+        extra.push((CHECKSUM_MODE.0, CHECKSUM_MODE.1.to_owned()));
+        let (session, peer, _permit, status) = self
+            .send_body(bucket, (key, query), "HEAD", &extra, None)
+            .await?;
+        let result = match status {
+            304 => Ok(None),
+            404 => Err(OriginError::NotFound),
+            200 => {
+                let size = header(&session, "content-length").and_then(|l| l.parse().ok());
+                object_head(&session, size, true).map(Some)
+            }
+            s => Err(OriginError::Status(s)),
+        };
+        self.connector
+            .release_http_session(session, &peer, IDLE)
+            .await;
+        result
+    }
+
+    /// One ranged GET of version `etag` (`If-Match`) of `key` (with the URI query `query`: a
+    /// version), answered once its headers are in.
     async fn range_once(
         &self,
         bucket: &BucketName,
-        key: &ObjectKey,
+        (key, query): (&ObjectKey, &str),
         etag: &ETag,
-        first: u64,
-        last: u64,
+        (first, last): (u64, u64),
     ) -> Result<Box<dyn ByteStream>, OriginError> {
         let extra = [
             ("range", format!("bytes={first}-{last}")),
             ("if-match", etag.as_str().to_owned()),
         ];
-        let (session, peer, permit, status) = self.send(bucket, key, "GET", &extra).await?;
+        let (session, peer, permit, status) = self
+            .send_body(bucket, (key, query), "GET", &extra, None)
+            .await?;
         let got_etag = header(&session, "etag");
         let fail = match status {
             206 | 200 if got_etag.as_deref() == Some(etag.as_str()) => None,

@@ -118,10 +118,7 @@ impl Source {
             return Err(OriginError::Transport("the donor does not hold it".into()));
         }
         self.tell(Served::Origin);
-        let body = self
-            .origin
-            .get_range(&t.bucket, &t.key, &t.map.etag, start, end - 1)
-            .await?;
+        let body = t.read_origin(&*self.origin, (start, end - 1)).await?;
         Ok((body, false))
     }
 
@@ -188,10 +185,7 @@ pub(crate) async fn fill(
             // The owner failed mid-body: the origin brings the rest, from the next byte.
             _ => {
                 from_peer = false;
-                let got = source
-                    .origin
-                    .get_range(&t.bucket, &t.key, &t.map.etag, pos, end - 1)
-                    .await;
+                let got = t.read_origin(&*source.origin, (pos, end - 1)).await;
                 match got {
                     Ok(b) => body = b,
                     Err(e) => return fail(to_fill_error(e), cur, &mut items),
@@ -292,8 +286,8 @@ pub(crate) async fn unshared(
     store: Store,
     (from, to): (u64, u64),
 ) -> Result<Bytes, FillError> {
-    let mut body = origin
-        .get_range(&t.bucket, &t.key, &t.map.etag, from, to - 1)
+    let mut body = t
+        .read_origin(&**origin, (from, to - 1))
         .await
         .map_err(to_fill_error)?;
     let mut buf = bytes::BytesMut::with_capacity((to - from) as usize);

@@ -20,7 +20,7 @@ use crate::delete::{DeleteBody, DeleteKeys};
 use crate::inflight::SingleFlight;
 use crate::mapping::{Mapping, MappingTable};
 use crate::reader::{BlockReader, Target};
-use crate::serve::{internal, response_header, ClientSink, InFlight, Opened};
+use crate::serve::{internal, response_header, Ask, ClientSink, InFlight, Opened};
 
 /// Most keys the control plane can pin per route. Pins cost ~150 bytes each; a table with more
 /// live files than this keeps the least recently used ones on the path rules (which classify
@@ -34,6 +34,8 @@ pub struct BlockFilter {
     pub(crate) origin: Arc<dyn OriginReader>,
     pub(crate) bucket_key: Arc<str>,
     pub(crate) map: Arc<MappingTable>,
+    /// Mappings of `versionId` reads (see [`crate::version`]).
+    pub(crate) versions: Arc<MappingTable>,
     pub(crate) resolving: Arc<SingleFlight<String, Resolved>>,
     /// Classes the control plane sent (from the catalog); they outrank the path rules. At most
     /// [`MAX_PINS`], least recently used first out (an unpinned key falls back to the rules).
@@ -54,6 +56,9 @@ impl BlockFilter {
             origin,
             bucket_key: Arc::from(bucket),
             map: Arc::new(MappingTable::default()),
+            versions: Arc::new(MappingTable::with_capacity(
+                crate::version::MAX_VERSION_MAPPINGS,
+            )),
             resolving: Arc::new(SingleFlight::default()),
             pinned: Arc::new(Mutex::new(LruCache::unbounded())),
             max_pins: MAX_PINS,
@@ -93,8 +98,10 @@ impl BlockFilter {
         whole: bool,
     ) -> BlockReader {
         let target = self.target(bucket, key, map);
+        // Owners fill current versions only: a named version is filled here.
+        let fleet = self.fleet.clone().filter(|_| map.version_id.is_none());
         BlockReader::new(self.cache.clone(), self.origin.clone(), target, span, whole)
-            .with_fleet(self.fleet.clone())
+            .with_fleet(fleet)
     }
 
     /// Drops the mapping of `key` (memory and persisted).
@@ -110,7 +117,9 @@ impl BlockFilter {
 
     async fn serve(&self, session: &mut Session, ctx: &mut FilterCtx) -> Result<bool, S3Error> {
         let req = session.req_header();
-        if !floe_core::plain_read(req.uri.query().unwrap_or(""), &req.headers) {
+        let query = req.uri.query().unwrap_or("");
+        let version = floe_core::version_read(query, &req.headers);
+        if version.is_none() && !floe_core::plain_read(query, &req.headers) {
             ctx.cache = Some("pass");
             return Ok(false);
         }
@@ -120,7 +129,19 @@ impl BlockFilter {
         let sums = range.is_none() && req.headers.contains_key("x-amz-checksum-mode");
         let head = ctx.op == S3Op::HeadObject;
         let conditions = Conditions::of(&req.headers);
-        let opened = match self.open(ctx, range, head, &conditions).await? {
+        let overrides = floe_core::response_overrides(req.uri.query().unwrap_or(""));
+        if !overrides.is_empty() && ctx.access_key.is_none() {
+            // S3 refuses response header overrides on anonymous reads: the origin answers.
+            ctx.cache = Some("pass");
+            return Ok(false);
+        }
+        let ask = Ask {
+            range,
+            head,
+            conditions: &conditions,
+            version: version.as_deref(),
+        };
+        let opened = match self.open(ctx, &ask).await? {
             Some(o) => o,
             None => {
                 ctx.cache = Some("pass");
@@ -166,6 +187,7 @@ impl BlockFilter {
             sums,
             (first, last, body_len),
             (label, missing, node.as_deref()),
+            &overrides,
             ctx,
         )?;
         session
@@ -241,10 +263,16 @@ impl RequestFilter for BlockFilter {
             | S3Op::CompleteMultipartUpload => {
                 if let Some(k) = &ctx.key {
                     self.invalidate(k.as_str());
+                    let query = session.req_header().uri.query().unwrap_or("");
+                    if let Some(v) = floe_core::version_read(query, &http::HeaderMap::new()) {
+                        self.forget_version(k.as_str(), &v);
+                    }
                 }
                 Ok(false)
             }
             S3Op::DeleteObjects => {
+                // Its body may name versions: every version mapping of the route goes.
+                self.versions.drop_prefix("");
                 // The keys are in the body: collected as it streams to the origin.
                 ctx.ext.insert(DeleteBody::default());
                 Ok(false)

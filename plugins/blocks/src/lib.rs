@@ -40,6 +40,7 @@ mod tap;
 mod target;
 #[cfg(test)]
 mod testbed;
+mod version;
 
 pub use access::{Access, AccessLog};
 pub use admin::MAX_ADMIN_BODY;

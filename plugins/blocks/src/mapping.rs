@@ -35,6 +35,9 @@ pub struct Mapping {
     pub checksums: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
     /// Its Last-Modified (from the replayed header), for conditional reads; `None`: unknown.
     pub last_modified: Option<std::time::SystemTime>,
+    /// The origin's version id when this mapping is a `versionId` read's (an immutable
+    /// version, never the current one's mapping); `None`: the current version.
+    pub version_id: Option<Arc<str>>,
     /// Its class.
     pub class: Class,
     /// When it was last confirmed with the origin.
@@ -65,6 +68,7 @@ impl Mapping {
             .and_then(|(_, v)| httpdate::parse_http_date(v).ok());
         Self {
             last_modified,
+            version_id: None,
             etag_value: http::HeaderValue::from_str(head.etag.as_str()).ok(),
             etag: head.etag,
             etag_key,

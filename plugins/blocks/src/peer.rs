@@ -143,6 +143,7 @@ impl BlockFilter {
                 headers: Vec::new(),
                 checksums: None,
                 last_modified: None,
+                version_id: None,
                 class: self.class_of(key.as_str()),
                 checked: Instant::now(),
                 stale: false,

@@ -21,6 +21,16 @@ use crate::reader::{BlockReader, Plan};
 use crate::resolve::{Probe, Resolution};
 use crate::tap::{ServeError, Sink};
 
+/// What a client read asks for: its Range header, HEAD or GET, its conditions, and the
+/// version it names (`versionId`; `None`: the current version).
+#[derive(Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) range: Option<&'a str>,
+    pub(crate) head: bool,
+    pub(crate) conditions: &'a Conditions,
+    pub(crate) version: Option<&'a str>,
+}
+
 /// A read the cache will answer: the version, the status and byte range, and the reader that
 /// serves it block by block.
 pub(crate) struct Opened {
@@ -81,16 +91,16 @@ impl BlockFilter {
     pub(crate) async fn open(
         &self,
         ctx: &FilterCtx,
-        range: Option<&str>,
-        head: bool,
-        conditions: &Conditions,
+        ask: &Ask<'_>,
     ) -> Result<Option<Opened>, S3Error> {
-        match self.open_once(ctx, range, head, conditions).await? {
+        match self.open_once(ctx, ask).await? {
+            // A named version cannot be resolved again to another one: the origin answers.
+            Err(_) if ask.version.is_some() => Ok(None),
             // The owner could not honour the version this node knew, or the client's If-Match
             // names another version than the one held: resolve again, once.
             Err((key, etag)) => {
                 self.map.mark_stale(key.as_str(), &etag);
-                let again = self.open_once(ctx, range, head, conditions).await?;
+                let again = self.open_once(ctx, ask).await?;
                 Ok(again.ok().flatten())
             }
             Ok(o) => Ok(o),
@@ -100,21 +110,29 @@ impl BlockFilter {
     async fn open_once(
         &self,
         ctx: &FilterCtx,
-        range: Option<&str>,
-        head: bool,
-        conditions: &Conditions,
+        ask: &Ask<'_>,
     ) -> Result<Result<Option<Opened>, (ObjectKey, ETag)>, S3Error> {
+        let Ask {
+            range,
+            head,
+            conditions,
+            version,
+        } = *ask;
         // A cold GET resolves with itself (one round trip); HEAD and multi-range reads with a
         // HEAD, and so do reads that may be answered 304 (no body to fetch for them).
         let probe = match head || conditions.may_not_modify() {
             true => Probe::Head,
             false => Probe::Get(range),
         };
+        let resolved = match version {
+            None => self.resolve(ctx, probe).await,
+            Some(v) => self.resolve_version(ctx, v).await,
+        };
         let Ok(Some(Resolution {
             map,
             known,
             adopted,
-        })) = self.resolve(ctx, probe).await
+        })) = resolved
         else {
             return Ok(Ok(None));
         };
@@ -125,7 +143,7 @@ impl BlockFilter {
         match conditions.evaluate(map.etag.as_str(), map.last_modified) {
             Verdict::Proceed => {}
             // The client knows a version this node does not hold: the origin may have it.
-            Verdict::PreconditionFailed { by_if_match: true } if known => {
+            Verdict::PreconditionFailed { by_if_match: true } if known && version.is_none() => {
                 return Ok(Err((key.clone(), map.etag.clone())));
             }
             Verdict::PreconditionFailed { .. } => {
@@ -347,13 +365,15 @@ const X_FLOE_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-flo
 const NOT_MODIFIED_KEEPS: [&str; 3] = ["last-modified", "cache-control", "expires"];
 
 /// A cached answer's header. Per request it builds only the values that vary (lengths, range,
-/// request id); the version's ETag and replayed headers are values parsed once per mapping.
+/// request id, the client's `response-*` overrides); the version's ETag and replayed headers
+/// are values parsed once per mapping.
 pub(crate) fn response_header(
     map: &Mapping,
     status: u16,
     checksums: bool,
     (first, last, len): (u64, u64, u64),
     (label, origin_bytes, node): (&'static str, u64, Option<&str>),
+    overrides: &[(http::HeaderName, http::HeaderValue)],
     ctx: &FilterCtx,
 ) -> Result<ResponseHeader, S3Error> {
     use http::header::{HeaderValue, ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, ETAG};
@@ -381,6 +401,12 @@ pub(crate) fn response_header(
     for (k, v) in &map.headers {
         if !not_modified || NOT_MODIFIED_KEEPS.contains(&k.as_str()) {
             r.append_header(k.clone(), v.clone()).map_err(e)?;
+        }
+    }
+    // The client's response-* overrides replace what the version stored (not on a 304).
+    if !not_modified {
+        for (k, v) in overrides {
+            r.insert_header(k.clone(), v.clone()).map_err(e)?;
         }
     }
     // Full-object checksums belong to whole-object answers only, as S3 sends them.

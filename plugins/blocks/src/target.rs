@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use floe_core::{BucketName, ObjectKey};
+use floe_core::{BucketName, ByteStream, ObjectKey, OriginError, OriginReader};
 
 use crate::mapping::Mapping;
 use crate::store::BlockKey;
@@ -23,6 +23,23 @@ pub struct Target {
 }
 
 impl Target {
+    /// Bytes `first..=last` of this version from `origin`, with If-Match on its ETag (and its
+    /// version id, for a `versionId` read).
+    pub async fn read_origin(
+        &self,
+        origin: &dyn OriginReader,
+        (first, last): (u64, u64),
+    ) -> Result<Box<dyn ByteStream>, OriginError> {
+        let (bucket, key, etag) = (&self.bucket, &self.key, &self.map.etag);
+        match &self.map.version_id {
+            None => origin.get_range(bucket, key, etag, first, last).await,
+            Some(v) => {
+                let range = (first, last);
+                origin.get_version_range(bucket, key, v, etag, range).await
+            }
+        }
+    }
+
     /// The key of block `index` of this version with blocks of `block_bytes`.
     pub fn block_key(&self, index: u64, block_bytes: u64) -> BlockKey {
         BlockKey {

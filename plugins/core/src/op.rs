@@ -239,17 +239,42 @@ fn object_subresource(query: &str) -> bool {
 }
 
 /// Query parameters that make a read ask for something other than the current version's
-/// bytes as stored (an old version, a part, response header overrides): a cache passes it on.
-const OTHER_QUERY: &[&str] = &[
-    "versionId",
-    "partNumber",
-    "response-content-type",
-    "response-content-disposition",
-    "response-cache-control",
-    "response-content-encoding",
-    "response-content-language",
-    "response-expires",
+/// bytes as stored (an old version, a part): a cache passes it on. (Response header overrides
+/// do not: see [`response_overrides`].)
+const OTHER_QUERY: &[&str] = &["versionId", "partNumber"];
+
+/// The `response-*` query parameters of a GetObject and the response header each replaces.
+const OVERRIDES: [(&str, http::HeaderName); 6] = [
+    ("response-content-type", http::header::CONTENT_TYPE),
+    (
+        "response-content-disposition",
+        http::header::CONTENT_DISPOSITION,
+    ),
+    ("response-cache-control", http::header::CACHE_CONTROL),
+    ("response-content-encoding", http::header::CONTENT_ENCODING),
+    ("response-content-language", http::header::CONTENT_LANGUAGE),
+    ("response-expires", http::header::EXPIRES),
 ];
+
+/// The response headers a read's `response-*` query parameters set (a presigned browser
+/// download's Content-Disposition, say), percent-decoded; empty, with no allocation, when
+/// there are none. A value that is not a valid header value is left out.
+pub fn response_overrides(query: &str) -> Vec<(http::HeaderName, http::HeaderValue)> {
+    if !query.contains("response-") {
+        return Vec::new();
+    }
+    query
+        .split('&')
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let (_, header) = OVERRIDES.iter().find(|(q, _)| *q == name)?;
+            let text = percent_encoding::percent_decode_str(value)
+                .decode_utf8()
+                .ok()?;
+            Some((header.clone(), http::HeaderValue::from_str(&text).ok()?))
+        })
+        .collect()
+}
 
 /// Headers that make a read key-dependent: a cache passes it on. (Conditional headers do not:
 /// a cache evaluates them against the version it holds, see [`crate::conditions`].)
@@ -259,9 +284,30 @@ const OTHER_HEADERS: &[&str] = &["x-amz-server-side-encryption-customer-algorith
 /// stored (whole, or one range), conditionally or not: what a cache stage serves. A read that
 /// is not (see `OTHER_QUERY`, `OTHER_HEADERS`, or several ranges) goes to the origin.
 pub fn plain_read(query: &str, headers: &http::HeaderMap) -> bool {
-    let other_query = query
+    plain_but(query, headers, "")
+}
+
+/// The version id a GET or HEAD reads (`versionId=V`, percent-decoded) when it is otherwise a
+/// plain read (see [`plain_read`]): an immutable version a cache may serve. `None` for a read
+/// of the current version, of `null` (the version a PUT to an unversioned or suspended bucket
+/// overwrites) or of a part.
+pub fn version_read(query: &str, headers: &http::HeaderMap) -> Option<String> {
+    let raw = query
         .split('&')
-        .any(|p| OTHER_QUERY.contains(&p.split('=').next().unwrap_or("")));
+        .find_map(|p| p.strip_prefix("versionId="))?;
+    let version = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .ok()?;
+    let plain = plain_but(query, headers, "versionId");
+    (plain && !version.is_empty() && version != "null").then(|| version.into_owned())
+}
+
+/// [`plain_read`], not counting the query parameter `allowed`.
+fn plain_but(query: &str, headers: &http::HeaderMap, allowed: &str) -> bool {
+    let other_query = query.split('&').any(|p| {
+        let name = p.split('=').next().unwrap_or("");
+        name != allowed && OTHER_QUERY.contains(&name)
+    });
     let several_ranges = headers
         .get("range")
         .and_then(|v| v.to_str().ok())
@@ -271,8 +317,8 @@ pub fn plain_read(query: &str, headers: &http::HeaderMap) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::plain_read;
     use super::S3Op::{self, *};
+    use super::{plain_read, response_overrides, version_read};
 
     #[test]
     fn classifies() {
@@ -340,6 +386,42 @@ mod tests {
     }
 
     #[test]
+    fn a_version_read_names_a_version_and_is_otherwise_plain() {
+        let none = http::HeaderMap::new();
+        assert_eq!(
+            version_read("versionId=a%2Bb&x-id=GetObject", &none).as_deref(),
+            Some("a+b")
+        );
+        assert_eq!(version_read("x-id=GetObject", &none), None);
+        assert_eq!(version_read("versionId=null", &none), None);
+        assert_eq!(version_read("versionId=", &none), None);
+        assert_eq!(version_read("versionId=v1&partNumber=2", &none), None);
+        let mut ranges = http::HeaderMap::new();
+        ranges.insert("range", "bytes=0-1,4-5".parse().unwrap());
+        assert_eq!(version_read("versionId=v1", &ranges), None);
+    }
+
+    #[test]
+    fn response_overrides_are_decoded_header_values() {
+        assert!(response_overrides("x-id=GetObject").is_empty());
+        let o = response_overrides(
+            "response-content-disposition=attachment%3B%20filename%3D%22a.csv%22&x-id=GetObject&response-content-type=text%2Fcsv&response-bogus=1",
+        );
+        let text: Vec<(&str, &str)> = o
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                ("content-disposition", "attachment; filename=\"a.csv\""),
+                ("content-type", "text/csv")
+            ]
+        );
+        assert!(response_overrides("response-content-type=a%0Ab").is_empty());
+    }
+
+    #[test]
     fn a_plain_read_is_the_current_version_whole_or_one_range() {
         let h = |pairs: &[(&'static str, &'static str)]| {
             let mut m = http::HeaderMap::new();
@@ -352,6 +434,7 @@ mod tests {
         assert!(plain_read("x-id=GetObject", &h(&[("range", "bytes=0-9")])));
         assert!(!plain_read("versionId=3", &h(&[])));
         assert!(!plain_read("partNumber=1&x-id=GetObject", &h(&[])));
+        assert!(plain_read("response-content-type=text%2Fcsv", &h(&[])));
         assert!(plain_read("", &h(&[("if-none-match", "\"e\"")])));
         assert!(plain_read(
             "",

@@ -98,6 +98,30 @@ pub trait OriginReader: Send + Sync {
         Err(OriginError::Status(501))
     }
 
+    /// HEAD of version `version` of `key` (a `versionId` read): `Ok(None)` when the origin has
+    /// no such version. Default: not supported (the read passes to the origin).
+    async fn head_version(
+        &self,
+        _bucket: &BucketName,
+        _key: &ObjectKey,
+        _version: &str,
+    ) -> Result<Option<ObjectHead>, OriginError> {
+        Err(OriginError::Status(501))
+    }
+
+    /// Bytes `first..=last` of version `version` of `key`, whose ETag is `etag` (sent as
+    /// If-Match, as `get_range` does). Default: not supported.
+    async fn get_version_range(
+        &self,
+        _bucket: &BucketName,
+        _key: &ObjectKey,
+        _version: &str,
+        _etag: &ETag,
+        _range: (u64, u64),
+    ) -> Result<Box<dyn ByteStream>, OriginError> {
+        Err(OriginError::Status(501))
+    }
+
     /// Bytes `first..=last` of version `etag`.
     async fn get_range(
         &self,

@@ -115,6 +115,29 @@ impl OriginReader for StagedOrigin {
         self.inner.put(bucket, key, len, headers, body).await
     }
 
+    /// A version the origin keeps: staged writes have no version id yet.
+    async fn head_version(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        version: &str,
+    ) -> Result<Option<ObjectHead>, OriginError> {
+        self.inner.head_version(bucket, key, version).await
+    }
+
+    async fn get_version_range(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        version: &str,
+        etag: &ETag,
+        range: (u64, u64),
+    ) -> Result<Box<dyn ByteStream>, OriginError> {
+        self.inner
+            .get_version_range(bucket, key, version, etag, range)
+            .await
+    }
+
     async fn get_range(
         &self,
         bucket: &BucketName,

@@ -239,7 +239,15 @@ async fn an_immutable_objects_cold_response_begins_with_its_first_bytes() {
         let t0 = tokio::time::Instant::now();
         let mut o = bed
             .filter
-            .open(&ctx, Some("bytes=0-65535"), false, &Default::default())
+            .open(
+                &ctx,
+                &crate::serve::Ask {
+                    range: Some("bytes=0-65535"),
+                    head: false,
+                    conditions: &Default::default(),
+                    version: None,
+                },
+            )
             .await
             .unwrap()
             .unwrap();

@@ -15,6 +15,7 @@ use floe_core::{BucketName, FilterCtx, ObjectKey, S3Error, S3Op};
 use crate::cache::{BlockCache, CacheSettings, Fill};
 use crate::classify::{Rule, Store};
 use crate::filter::BlockFilter;
+use crate::serve::Ask;
 use crate::store::{StoreSettings, REGION_BYTES};
 use crate::tap::{ServeError, Sink};
 use origin::MemOrigin;
@@ -149,7 +150,13 @@ impl Bed {
     ) -> Result<Read, S3Error> {
         let ctx = ctx(op, key);
         let head = op == S3Op::HeadObject;
-        let Some(mut o) = self.filter.open(&ctx, range, head, conditions).await? else {
+        let ask = Ask {
+            range,
+            head,
+            conditions,
+            version: None,
+        };
+        let Some(mut o) = self.filter.open(&ctx, &ask).await? else {
             return Ok(Read::Pass);
         };
         if head || o.status == 304 {
@@ -182,7 +189,13 @@ impl Bed {
     pub async fn head(&self, key: &str) -> Option<String> {
         let ctx = ctx(S3Op::HeadObject, key);
         let none = Conditions::default();
-        let o = self.filter.open(&ctx, None, true, &none).await.ok()??;
+        let ask = Ask {
+            range: None,
+            head: true,
+            conditions: &none,
+            version: None,
+        };
+        let o = self.filter.open(&ctx, &ask).await.ok()??;
         Some(o.map.etag.as_str().to_owned())
     }
 }
