@@ -83,6 +83,35 @@ def test_a_put_is_staged_read_everywhere_at_once_and_reaches_the_origin(wb, dire
     assert nodes[0].metric("floe_writeback_dirty_objects") == 0
 
 
+def test_conditional_reads_of_a_staged_write_answer_for_the_staged_version_on_every_node(wb, direct):
+    """Written through one node with the origin away, read through every other: the staged
+    write is the current version its conditions are evaluated against."""
+    from test_sigv4 import sign
+    nodes, relay, _ = wb
+    key = "wb/data/00000-cond.parquet"
+    direct.put_object(Bucket=BUCKET, Key=key, Body=b"older version at the origin")
+    relay.down()
+    body = os.urandom(MiB + 3)
+    etag = put(nodes[0], key, body)["etag"]
+    http = urllib3.PoolManager(retries=False)
+
+    def read(node, method, headers):
+        url = f"http://127.0.0.1:{node.port}/{BUCKET}/{key}"
+        req = sign(method, url, headers=headers)
+        return http.request(method, url, headers=dict(req.headers))
+
+    for nd in nodes[1:] + nodes[:1]:
+        assert read(nd, "GET", {"If-None-Match": etag}).status == 304, nd.name
+        assert read(nd, "HEAD", {"If-None-Match": etag}).status == 304, nd.name
+        r = read(nd, "GET", {"If-Match": etag, "Range": "bytes=10-19"})
+        assert (r.status, r.data) == (206, body[10:20]), nd.name
+        r = read(nd, "GET", {"If-Match": '"0123456789abcdef0123456789abcdef"'})
+        assert r.status == 412 and b"PreconditionFailed" in r.data, nd.name
+        r = read(nd, "GET", {"If-None-Match": '"0123456789abcdef0123456789abcdef"'})
+        assert (r.status, r.data) == (200, body), nd.name
+    relay.up()
+
+
 def test_the_coordinator_killed_after_the_ack_propagates_after_its_restart(wb, direct):
     nodes, relay, tmp = wb
     relay.down()

@@ -236,6 +236,16 @@ fn plain(session: &Session) -> bool {
     floe_core::plain_read(req.uri.query().unwrap_or(""), &req.headers)
 }
 
+/// Whether the read names a version other than `null` (the staged write has no version id
+/// until the origin has it; `null` on an unversioned bucket is the current object, staged).
+fn names_version(session: &Session) -> bool {
+    let query = session.req_header().uri.query().unwrap_or("");
+    query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("versionId="))
+        .any(|v| !v.is_empty() && v != "null")
+}
+
 /// A list page being collected for merging.
 #[derive(Clone)]
 struct ListMerge {
@@ -323,6 +333,8 @@ impl RequestFilter for WritebackFilter {
         match ctx.op {
             S3Op::PutObject => self.put(session, ctx, &key).await,
             S3Op::GetObject | S3Op::HeadObject => match self.node.dirty(&self.bucket, &key) {
+                // A named version is one the origin keeps: never the staged write.
+                Some(_) if names_version(session) => Ok(false),
                 Some(_) if self.cache_after && plain(session) => Ok(false),
                 Some(r) => self.get(session, ctx, r).await,
                 None => Ok(false),
