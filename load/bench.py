@@ -53,8 +53,10 @@ class Audit:
                         e = json.loads(line)
                     except ValueError:
                         continue
+                    api = e.get("api", {})
                     with audit.lock:
-                        audit.entries.append((e.get("api", {}).get("name", ""), e.get("api", {}).get("object", "")))
+                        audit.entries.append((api.get("name", ""), api.get("object", ""), api.get("tx", 0),
+                                              e.get("userAgent", "")))
                 self.send_response(200)
                 self.end_headers()
 
@@ -77,7 +79,7 @@ class Audit:
         deadline = time.monotonic() + 30
         while True:
             with self.lock:
-                for i, (_, obj) in enumerate(self.entries):
+                for i, (_, obj, _, _) in enumerate(self.entries):
                     if obj == name:
                         return i
             if time.monotonic() > deadline:
@@ -86,7 +88,19 @@ class Audit:
 
     def count(self, start, end):
         with self.lock:
-            return sum(1 for api, _ in self.entries[start + 1:end] if api in ("GetObject", "HeadObject"))
+            return sum(1 for api, _, _, _ in self.entries[start + 1:end] if api in ("GetObject", "HeadObject"))
+
+    def between(self, start, end, skip_agent=None):
+        """(GET/HEAD requests, bytes sent) the origin served between two marks, leaving out
+        clients whose User-Agent contains `skip_agent`."""
+        with self.lock:
+            seen = [(api, tx) for api, _, tx, agent in self.entries[start + 1:end]
+                    if not (skip_agent and skip_agent in agent)]
+        return sum(1 for api, _ in seen if api in ("GetObject", "HeadObject")), sum(tx for _, tx in seen)
+
+    def agents(self, start, end):
+        with self.lock:
+            return sorted({agent for _, _, _, agent in self.entries[start + 1:end]})
 
 
 AUDIT = None

@@ -14,13 +14,14 @@ use lru::LruCache;
 use pingora::proxy::Session;
 
 use crate::access::Access;
+use crate::answer::response_header;
 use crate::cache::BlockCache;
 use crate::classify::Class;
 use crate::delete::{DeleteBody, DeleteKeys};
 use crate::inflight::SingleFlight;
 use crate::mapping::{Mapping, MappingTable};
 use crate::reader::{BlockReader, Target};
-use crate::serve::{internal, response_header, Ask, ClientSink, InFlight, Opened};
+use crate::serve::{internal, Ask, ClientSink, InFlight, Opened};
 
 /// Most keys the control plane can pin per route. Pins cost ~150 bytes each; a table with more
 /// live files than this keeps the least recently used ones on the path rules (which classify

@@ -11,6 +11,7 @@
 pub mod access;
 mod admin;
 mod adopt;
+mod answer;
 pub mod block;
 mod cache;
 pub mod classify;
