@@ -268,3 +268,36 @@ async fn an_immutable_objects_cold_response_begins_with_its_first_bytes() {
         assert!(sink.bytes == body.slice(..B), "{key}");
     }
 }
+
+/// A read overlapping spans a block already holds (Trino reads a column chunk, then a range
+/// that starts inside it) fetches only bytes the block does not hold: never a held byte again.
+#[tokio::test(start_paused = true)]
+async fn a_read_overlapping_held_spans_fetches_only_what_is_missing() {
+    for fill in [Fill::Range, Fill::Auto] {
+        let bed = bed(fill).await;
+        let body = pattern(9, 4 * B);
+        let key = "data/o.parquet";
+        bed.origin.put(key, body.clone());
+        // Two held spans in block 1, apart: [70000, 80000] and [100000, 110000].
+        for (a, b) in [(70_000usize, 80_000usize), (100_000, 110_000)] {
+            let r = bed.get(key, Some(&format!("bytes={a}-{b}"))).await.unwrap();
+            assert_eq!(r.bytes(), &body.slice(a..=b));
+        }
+        settle().await;
+        let (_, _, before) = bed.origin.counts();
+        let held = before;
+        // A read across both spans and past them.
+        let (a, b) = (75_000usize, 120_000usize);
+        let r = bed.get(key, Some(&format!("bytes={a}-{b}"))).await.unwrap();
+        assert_eq!(r.bytes(), &body.slice(a..=b), "{fill:?}");
+        settle().await;
+        let (_, _, after) = bed.origin.counts();
+        let fetched = after - before;
+        // At most block 1's bytes not held before this read.
+        let block = B as u64;
+        assert!(
+            fetched <= block - 2 * 10_001,
+            "{fill:?}: fetched {fetched} bytes, {held} were fetched before"
+        );
+    }
+}
