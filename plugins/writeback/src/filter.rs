@@ -136,7 +136,10 @@ impl WritebackFilter {
         let head = ctx.op == S3Op::HeadObject;
         // The staged write is the newest acknowledged version: its conditions are final here.
         let modified = UNIX_EPOCH + Duration::from_millis(r.acked_ms);
-        let last_modified = httpdate::fmt_http_date(modified);
+        let last_modified = match r.headers.iter().find(|(k, _)| k == "last-modified") {
+            Some((_, v)) => v.clone(),
+            None => httpdate::fmt_http_date(modified),
+        };
         let conditions = Conditions::of(&session.req_header().headers);
         match conditions.evaluate(&r.etag, Some(modified)) {
             Verdict::Proceed => {}
@@ -146,15 +149,7 @@ impl WritebackFilter {
                     .with_header("last-modified", last_modified));
             }
             Verdict::NotModified => {
-                let mut resp = ResponseHeader::build(304, Some(4)).map_err(internal)?;
-                resp.insert_header("etag", r.etag.as_str())
-                    .map_err(internal)?;
-                resp.insert_header("last-modified", last_modified)
-                    .map_err(internal)?;
-                resp.insert_header("x-floe-writeback", "dirty")
-                    .map_err(internal)?;
-                resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
-                    .map_err(internal)?;
+                let resp = staged_header(304, &r, last_modified, ctx)?;
                 ctx.cache = Some("writeback");
                 session
                     .write_response_header(Box::new(resp), true)
@@ -169,10 +164,8 @@ impl WritebackFilter {
             RangeAsk::Whole | RangeAsk::Multi => (200, 0, size.saturating_sub(1)),
         };
         let len = if size == 0 { 0 } else { last + 1 - first };
-        let mut resp = ResponseHeader::build(status, Some(8)).map_err(internal)?;
+        let mut resp = staged_header(status, &r, last_modified, ctx)?;
         resp.insert_header("content-length", len.to_string())
-            .map_err(internal)?;
-        resp.insert_header("etag", r.etag.as_str())
             .map_err(internal)?;
         resp.insert_header("accept-ranges", "bytes")
             .map_err(internal)?;
@@ -180,17 +173,9 @@ impl WritebackFilter {
             resp.insert_header("content-range", format!("bytes {first}-{last}/{size}"))
                 .map_err(internal)?;
         }
-        for (k, v) in &r.headers {
+        for (k, v) in r.headers.iter().filter(|(k, _)| k != "last-modified") {
             resp.append_header(k.clone(), v.clone()).map_err(internal)?;
         }
-        if !r.headers.iter().any(|(k, _)| k == "last-modified") {
-            resp.insert_header("last-modified", last_modified)
-                .map_err(internal)?;
-        }
-        resp.insert_header("x-floe-writeback", "dirty")
-            .map_err(internal)?;
-        resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
-            .map_err(internal)?;
         ctx.cache = Some("writeback");
         let body_follows = !head && len > 0;
         let unreadable = |e: floe_core::OriginError| {
@@ -234,6 +219,26 @@ impl WritebackFilter {
 fn plain(session: &Session) -> bool {
     let req = session.req_header();
     floe_core::plain_read(req.uri.query().unwrap_or(""), &req.headers)
+}
+
+/// The header every answer about staged write `r` carries: its validators (ETag,
+/// `last_modified`), that it is staged, and the request id.
+fn staged_header(
+    status: u16,
+    r: &Record,
+    last_modified: String,
+    ctx: &FilterCtx,
+) -> Result<ResponseHeader, S3Error> {
+    let mut resp = ResponseHeader::build(status, Some(8)).map_err(internal)?;
+    resp.insert_header("etag", r.etag.as_str())
+        .map_err(internal)?;
+    resp.insert_header("last-modified", last_modified)
+        .map_err(internal)?;
+    resp.insert_header("x-floe-writeback", "dirty")
+        .map_err(internal)?;
+    resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
+        .map_err(internal)?;
+    Ok(resp)
 }
 
 /// Whether the read names a version other than `null` (the staged write has no version id
