@@ -23,7 +23,7 @@ import bench  # noqa: E402  (MinIO with its audit log, toxiproxy, release Floe)
 import conftest  # noqa: E402
 from perfdoc import write_section  # noqa: E402
 from test_control import iceberg, start_rest  # noqa: E402
-from test_engines import iceberg_catalog, trino_home, trino_query, TRINO_JAVA  # noqa: E402
+from test_engines import iceberg_catalog, launch_trino, trino_query, trino_server_files  # noqa: E402
 
 NS = "tpcds"
 TABLES = ("store_sales", "date_dim", "item")
@@ -204,14 +204,7 @@ def start_trino(work, rest_port, origin_port, floe_port):
     subprocess.run(["rm", "-rf", str(etc), str(work / "trino-data"), str(work / "trino-cache")], check=True)
     (etc / "catalog").mkdir(parents=True)
     port = conftest.free_port()
-    (etc / "node.properties").write_text(
-        f"node.environment=wave\nnode.id=wave\nnode.data-dir={work / 'trino-data'}\n")
-    (etc / "jvm.config").write_text("-server\n-Xmx3G\n-XX:+UseG1GC\n-XX:+ExitOnOutOfMemoryError\n"
-                                    "-Djdk.attach.allowAttachSelf=true\n")
-    (etc / "config.properties").write_text(
-        f"coordinator=true\nnode-scheduler.include-coordinator=true\nhttp-server.http.port={port}\n"
-        f"discovery.uri=http://127.0.0.1:{port}\nquery.max-memory=2GB\nquery.max-memory-per-node=2GB\n")
-    (etc / "log.properties").write_text("io.trino=WARN\n")
+    trino_server_files(etc, work / "trino-data", port, heap="3G", memory=("2GB", "2GB"))
     key, secret = bench.KEY, bench.SECRET
     (etc / "catalog" / "direct.properties").write_text(iceberg_catalog(rest_port, origin_port, key, secret))
     (etc / "catalog" / "floe.properties").write_text(iceberg_catalog(rest_port, floe_port, key, secret))
@@ -222,11 +215,7 @@ def start_trino(work, rest_port, origin_port, floe_port):
         iceberg_catalog(rest_port, origin_port, key, secret)
         + f"fs.cache.enabled=true\nfs.cache.directories={work / 'trino-cache'}\n"
         + "fs.cache.max-sizes=4GB\n")
-    env = dict(os.environ, JAVA_HOME=TRINO_JAVA, PATH=f"{TRINO_JAVA}/bin:{os.environ['PATH']}")
-    p = conftest.Proc([f"{trino_home()}/bin/launcher", "run", f"--etc-dir={etc}"], env,
-                      work / "trino.log", port, "trino")
-    p.url = f"http://127.0.0.1:{port}"
-    trino_query(p.url, "SELECT 1", wait_started=True)
+    p = launch_trino(etc, work / "trino.log", port)
     return p
 
 

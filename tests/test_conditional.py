@@ -5,25 +5,13 @@ import email.utils
 import itertools
 import os
 
-import pytest
 import urllib3
 
-from conftest import BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, start_cached_floe
-from relay import Relay
+from conftest import BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET
+from test_blocks import cached  # noqa: F401  (fixture: a cached Floe behind a counting relay)
 from test_sigv4 import sign
 
 HTTP = urllib3.PoolManager(maxsize=8, retries=False)
-
-
-@pytest.fixture(scope="module")
-def cached(minio, tmp_path_factory):
-    d = tmp_path_factory.mktemp("conditional")
-    relay = Relay(minio.port)
-    p = start_cached_floe(d, relay.port, d / "cache")
-    p.relay = relay
-    yield p
-    p.stop()
-    relay.down()
 
 
 def read(port, method, key, headers, creds=CLIENT):

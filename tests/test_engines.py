@@ -136,23 +136,40 @@ def iceberg_catalog(rest_port, s3_port, key, secret):
         "s3.region=us-east-1", f"s3.aws-access-key={key}", f"s3.aws-secret-key={secret}", ""])
 
 
+def trino_server_files(etc, data_dir, port, heap, memory):
+    """A single-node Trino's etc/ files (coordinator as worker) in `etc`: `heap` (-Xmx),
+    `memory` (query.max-memory, per node)."""
+    (etc / "node.properties").write_text(
+        f"node.environment=floe_test\nnode.id=floe-test\nnode.data-dir={data_dir}\n")
+    (etc / "jvm.config").write_text(f"-server\n-Xmx{heap}\n-XX:+UseG1GC\n-XX:+ExitOnOutOfMemoryError\n"
+                                    "-Djdk.attach.allowAttachSelf=true\n")
+    (etc / "config.properties").write_text(
+        f"coordinator=true\nnode-scheduler.include-coordinator=true\nhttp-server.http.port={port}\n"
+        f"discovery.uri=http://127.0.0.1:{port}\nquery.max-memory={memory[0]}\n"
+        f"query.max-memory-per-node={memory[1]}\n")
+    (etc / "log.properties").write_text("io.trino=WARN\n")
+
+
+def launch_trino(etc, log, port):
+    """Trino (Temurin 25) on the files in `etc`, once it runs queries; `.url` is its address."""
+    from conftest import Proc
+    env = dict(os.environ, JAVA_HOME=TRINO_JAVA,
+               PATH=f"{TRINO_JAVA}/bin:{os.environ['PATH']}")
+    p = Proc([f"{trino_home()}/bin/launcher", "run", f"--etc-dir={etc}"], env, log, port, "trino")
+    p.url = f"http://127.0.0.1:{port}"
+    trino_query(p.url, "SELECT 1", wait_started=True)
+    return p
+
+
 @pytest.fixture(scope="module")
 def trino(lake):
     """A single-node Trino 476 (coordinator as worker, 2 GB heap) with Iceberg catalogs on
     the same REST catalog: `floe` and `floe_again` read S3 through Floe, `direct` MinIO."""
-    from conftest import Proc
     etc = lake["tmp"] / "trino-etc"
     (etc / "catalog").mkdir(parents=True)
     port = free_port()
-    (etc / "node.properties").write_text(
-        f"node.environment=floe_test\nnode.id=floe-test\nnode.data-dir={lake['tmp'] / 'trino-data'}\n")
-    (etc / "jvm.config").write_text("-server\n-Xmx2G\n-XX:+UseG1GC\n-XX:+ExitOnOutOfMemoryError\n"
-                                    "-Djdk.attach.allowAttachSelf=true\n")
-    (etc / "config.properties").write_text(
-        f"coordinator=true\nnode-scheduler.include-coordinator=true\nhttp-server.http.port={port}\n"
-        f"discovery.uri=http://127.0.0.1:{port}\nquery.max-memory=1GB\n"
-        "query.max-memory-per-node=512MB\n")
-    (etc / "log.properties").write_text("io.trino=WARN\n")
+    trino_server_files(etc, lake["tmp"] / "trino-data", port, heap="2G",
+                       memory=("1GB", "512MB"))
     (etc / "catalog" / "floe.properties").write_text(
         iceberg_catalog(lake["rest_port"], lake["floe"].port, *CLIENT))
     # A second catalog through Floe: its own connector, so none of the first one's in-memory
@@ -162,13 +179,7 @@ def trino(lake):
         iceberg_catalog(lake["rest_port"], lake["floe"].port, *CLIENT))
     (etc / "catalog" / "direct.properties").write_text(
         iceberg_catalog(lake["rest_port"], lake["minio_port"], ORIGIN_KEY, ORIGIN_SECRET))
-    env = dict(os.environ, JAVA_HOME=TRINO_JAVA,
-               PATH=f"{TRINO_JAVA}/bin:{os.environ['PATH']}")
-    home = trino_home()
-    p = Proc([f"{home}/bin/launcher", "run", f"--etc-dir={etc}"], env, lake["tmp"] / "trino.log",
-             port, "trino")
-    p.url = f"http://127.0.0.1:{port}"
-    trino_query(p.url, "SELECT 1", wait_started=True)
+    p = launch_trino(etc, lake["tmp"] / "trino.log", port)
     yield p
     p.stop()
 
