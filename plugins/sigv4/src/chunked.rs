@@ -100,6 +100,10 @@ pub struct ChunkedStage {
     chunk_sig: String,
     held: BytesMut,
     holding: bool,
+    /// Decoded output (signed or plain mode) not yet released: the newest piece waits for the
+    /// next one, and the last waits until the final chunk and trailer verify, so the origin
+    /// (told the decoded length) never has the whole body of a request that then fails.
+    lag: Bytes,
     plain: bool,
     last: bool,
     /// Signed trailers: the canonical trailer lines (`name:value\n`, as received, the
@@ -154,6 +158,7 @@ impl ChunkedStage {
             chunk_sig: String::new(),
             held: BytesMut::new(),
             holding: false,
+            lag: Bytes::new(),
             trailer_canon: String::new(),
             trailer_sig: None,
         }
@@ -336,6 +341,11 @@ impl ChunkedStage {
                     let n = left.min(input.len() - pos);
                     let piece = &input[pos..pos + n];
                     self.seen_len += n as u64;
+                    if self.seen_len > self.expected_len {
+                        return Err(incomplete(
+                            "body length differs from x-amz-decoded-content-length",
+                        ));
+                    }
                     if let Some(c) = &mut self.checksum {
                         c.update(piece);
                     }
@@ -390,13 +400,35 @@ impl ChunkedStage {
     }
 }
 
+impl ChunkedStage {
+    /// What of the decoded output may go on now: the piece held since the last call (the
+    /// newest is held in its place), or all of it once the body verified to its end.
+    fn release(&mut self, out: BytesMut) -> Bytes {
+        let newest = out.freeze();
+        if self.state != State::Done {
+            if newest.is_empty() {
+                return Bytes::new();
+            }
+            return std::mem::replace(&mut self.lag, newest);
+        }
+        let held = std::mem::take(&mut self.lag);
+        if held.is_empty() {
+            return newest;
+        }
+        let mut all = BytesMut::with_capacity(held.len() + newest.len());
+        all.extend_from_slice(&held);
+        all.extend_from_slice(&newest);
+        all.freeze()
+    }
+}
+
 impl BodyStage for ChunkedStage {
     fn feed(&mut self, body: &mut Option<Bytes>, end: bool) -> Result<(), S3Error> {
         let input = body.take().unwrap_or_default();
         let mut out = BytesMut::new();
         let hold_from = self.run(&input, &mut out)?;
         if self.signing.is_some() || self.plain {
-            *body = Some(out.freeze());
+            *body = Some(self.release(out));
         } else if self.holding {
             self.held.extend_from_slice(&input);
         } else if let Some(at) = hold_from {

@@ -108,6 +108,7 @@ impl Verifier {
                 "the host header must be signed",
             ));
         }
+        check_all_signed(req.headers, &params)?;
         let key = auth::signing_key(secret, &params.scope_date, &params.region, &params.service);
         let skip = match params.source {
             AuthSource::Query { .. } => "X-Amz-Signature",
@@ -181,5 +182,26 @@ impl Verifier {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// S3 refuses a request carrying an `x-amz-*` header its signature does not cover: the
+/// header would take effect (an added `x-amz-copy-source` turns a PUT into a copy) without the
+/// key holder having asked for it. A presigned URL's client may add the payload hash it cannot
+/// have signed.
+fn check_all_signed(headers: &http::HeaderMap, params: &AuthParams) -> Result<(), S3Error> {
+    let signed = |name: &str| params.signed_headers.split(';').any(|h| h == name);
+    let presigned = matches!(params.source, AuthSource::Query { .. });
+    let unsigned = headers.keys().map(http::HeaderName::as_str).find(|name| {
+        name.starts_with("x-amz-")
+            && !signed(name)
+            && !(presigned && *name == "x-amz-content-sha256")
+    });
+    match unsigned {
+        None => Ok(()),
+        Some(name) => Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            format!("There were headers present in the request which were not signed: {name}"),
+        )),
     }
 }

@@ -73,6 +73,24 @@ fn get_object_with_range() {
         check("GET", "/test.txt", "", &h2),
         Err(S3ErrorCode::SignatureDoesNotMatch)
     );
+    // An x-amz-* header added after signing would take effect unsigned: S3 refuses it.
+    for added in [
+        "x-amz-meta-evil",
+        "x-amz-copy-source",
+        "x-amz-server-side-encryption",
+    ] {
+        let mut h3 = h.clone();
+        h3.insert(http::HeaderName::from_static(added), "x".parse().unwrap());
+        assert_eq!(
+            check("GET", "/test.txt", "", &h3),
+            Err(S3ErrorCode::AccessDenied),
+            "{added}"
+        );
+    }
+    // Headers outside x-amz-* need no signature (S3 lets clients add them).
+    let mut h4 = h.clone();
+    h4.insert("user-agent", "curl".parse().unwrap());
+    assert_eq!(check("GET", "/test.txt", "", &h4), Ok(()));
 }
 
 #[test]
@@ -276,4 +294,74 @@ fn streaming_tampered_chunk_is_refused_before_forwarding() {
         stage.feed(&mut b, true).unwrap_err().code,
         S3ErrorCode::IncompleteBody
     );
+}
+
+/// Feeds `body` in pieces of `split` bytes; returns the bytes released before the first error
+/// and that error.
+fn released_until_error(
+    body: &[u8],
+    split: usize,
+    mut stage: ChunkedStage,
+) -> (usize, Option<S3ErrorCode>) {
+    let pieces: Vec<&[u8]> = body.chunks(split).collect();
+    let mut released = 0;
+    for (i, p) in pieces.iter().enumerate() {
+        let mut b = Some(Bytes::copy_from_slice(p));
+        if let Err(e) = stage.feed(&mut b, i + 1 == pieces.len()) {
+            return (released, Some(e.code));
+        }
+        released += b.map_or(0, |b| b.len());
+    }
+    (released, None)
+}
+
+#[test]
+fn a_bad_final_signature_never_releases_the_whole_body() {
+    // The origin is told the decoded length: the whole body released means it commits.
+    let mut bad = CHUNKS;
+    bad[2].1 = "0000000000000000000000000000000000000000000000000000000000000000";
+    let body = chunked_body(&bad);
+    for split in [1usize, 7, 4096, 65_600, 66_600, body.len()] {
+        let (released, err) = released_until_error(&body, split, signed_stage());
+        assert_eq!(
+            err,
+            Some(S3ErrorCode::SignatureDoesNotMatch),
+            "split {split}"
+        );
+        assert!(
+            released < 66_560,
+            "split {split}: {released} bytes released"
+        );
+    }
+    // A body that stops after its last data chunk (the client reset) is incomplete, and the
+    // origin never had all of it either.
+    let body = chunked_body(&CHUNKS[..2]);
+    for split in [7usize, 66_000, body.len()] {
+        let (released, err) = released_until_error(&body, split, signed_stage());
+        assert_eq!(err, Some(S3ErrorCode::IncompleteBody), "split {split}");
+        assert!(
+            released < 66_560,
+            "split {split}: {released} bytes released"
+        );
+    }
+}
+
+#[test]
+fn a_short_decoded_length_is_refused_before_its_excess_is_released() {
+    let signing = ChunkSigning {
+        key: floe_sigv4::auth::signing_key(SECRET, "20130524", "us-east-1", "s3"),
+        amz_date: "20130524T000000Z".into(),
+        scope: "20130524/us-east-1/s3/aws4_request".into(),
+        seed: "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9".into(),
+    };
+    // 65,700: the first chunk (65,622 bytes framed) arrives whole before the second one.
+    for split in [4096usize, 65_700] {
+        let stage = ChunkedStage::new(Some(signing.clone()), None, 65_536).unwrap();
+        let (released, err) = released_until_error(&chunked_body(&CHUNKS), split, stage);
+        assert_eq!(err, Some(S3ErrorCode::IncompleteBody), "split {split}");
+        assert!(
+            released < 65_536,
+            "split {split}: {released} bytes released: a prefix taken as whole"
+        );
+    }
 }
