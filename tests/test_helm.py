@@ -50,6 +50,7 @@ def test_a_fleet_renders_a_statefulset_with_peers_probes_drain_and_sized_resourc
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["lifecycle"]["preStop"]["httpGet"]["path"] == "/drainz?seconds=5"
+    assert c["lifecycle"]["preStop"]["httpGet"]["httpHeaders"] == [{"name": "X-Floe-Drain", "value": "yes"}]
     assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 5 + 30
     # Memory from the DRAM ceilings; the volume from the disk and write-back ceilings.
     assert int(c["resources"]["requests"]["memory"]) >= (1 << 30) + (256 << 20)

@@ -178,7 +178,8 @@ impl ServeHttp for MetricsApp {
     async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
         let uri = &session.req_header().uri;
         let (path, query) = (uri.path().to_owned(), uri.query().unwrap_or("").to_owned());
-        if let Some(r) = crate::probes::answer(&path, &query).await {
+        let headers = session.req_header().headers.clone();
+        if let Some(r) = crate::probes::answer(&path, &query, &headers).await {
             return r;
         }
         let mut buf = Vec::new();

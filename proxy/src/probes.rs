@@ -3,10 +3,12 @@
 //! - `GET /healthz`: 200 while the process serves (liveness);
 //! - `GET /readyz`: 200 while it takes new requests, 503 once it is leaving (readiness: the
 //!   Service stops sending it clients, its transfers in flight go on);
-//! - `GET /drainz?seconds=N`: the pod's `preStop` hook. Marks the node leaving at once, then
-//!   answers after N seconds (default 5, at most 120), the time endpoints take to drop it
-//!   everywhere, before the kubelet's SIGTERM starts the grace period. A hook, not a shell
-//!   command: the image has no shell.
+//! - `GET /drainz?seconds=N` with the header `X-Floe-Drain: yes`: the pod's `preStop` hook.
+//!   Marks the node leaving at once, then answers after N seconds (default 5, at most 120),
+//!   the time endpoints take to drop it everywhere, before the kubelet's SIGTERM starts the
+//!   grace period. A hook, not a shell command: the image has no shell. Without the header it
+//!   is refused (403), so a crawler or scraper following links never takes a node out; and
+//!   `GET /drainz?undo` (with the header) makes a node that is not shutting down ready again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -16,6 +18,10 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 static LEAVING: AtomicBool = AtomicBool::new(false);
+/// The server is shutting down: leaving for good, whatever `/drainz?undo` asks.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+/// The header a drain must carry (Kubernetes' `httpGet` hooks can send headers).
+pub const DRAIN_HEADER: &str = "x-floe-drain";
 
 /// Longest `/drainz` wait.
 const MAX_DRAIN: Duration = Duration::from_secs(120);
@@ -26,25 +32,46 @@ fn text(status: u16, body: &str) -> http::Response<Vec<u8>> {
     r
 }
 
-/// The answer to a probe at `path` with `query`, or `None` for another path.
-pub async fn answer(path: &str, query: &str) -> Option<http::Response<Vec<u8>>> {
+/// The answer to a probe at `path` with `query` and request `headers`, or `None` for another
+/// path.
+pub async fn answer(
+    path: &str,
+    query: &str,
+    headers: &http::HeaderMap,
+) -> Option<http::Response<Vec<u8>>> {
     match path {
         "/healthz" => Some(text(200, "ok\n")),
         "/readyz" if LEAVING.load(Ordering::Relaxed) => Some(text(503, "leaving\n")),
         "/readyz" => Some(text(200, "ready\n")),
-        "/drainz" => {
-            LEAVING.store(true, Ordering::Relaxed);
-            let secs = query
-                .split('&')
-                .find_map(|p| p.strip_prefix("seconds="))
-                .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(5);
-            tracing::info!(seconds = secs, "preStop: leaving, not ready any more");
-            tokio::time::sleep(Duration::from_secs(secs).min(MAX_DRAIN)).await;
-            Some(text(200, "drained\n"))
-        }
+        "/drainz" => Some(drain(query, headers).await),
         _ => None,
     }
+}
+
+async fn drain(query: &str, headers: &http::HeaderMap) -> http::Response<Vec<u8>> {
+    if headers.get(DRAIN_HEADER).and_then(|v| v.to_str().ok()) != Some("yes") {
+        return text(403, "a drain needs the header X-Floe-Drain: yes\n");
+    }
+    if query
+        .split('&')
+        .any(|p| p == "undo" || p.starts_with("undo="))
+    {
+        if SHUTTING_DOWN.load(Ordering::Relaxed) {
+            return text(409, "shutting down: leaving for good\n");
+        }
+        LEAVING.store(false, Ordering::Relaxed);
+        tracing::info!("drain undone: ready again");
+        return text(200, "ready\n");
+    }
+    LEAVING.store(true, Ordering::Relaxed);
+    let secs = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("seconds="))
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(5);
+    tracing::info!(seconds = secs, "preStop: leaving, not ready any more");
+    tokio::time::sleep(Duration::from_secs(secs).min(MAX_DRAIN)).await;
+    text(200, "drained\n")
 }
 
 /// Marks the node leaving when the server shuts down (SIGTERM without a preStop hook, or a
@@ -59,6 +86,7 @@ impl BackgroundService for LeaveOnShutdown {
                 break;
             }
         }
+        SHUTTING_DOWN.store(true, Ordering::Relaxed);
         LEAVING.store(true, Ordering::Relaxed);
     }
 }
@@ -69,28 +97,27 @@ mod tests {
 
     #[tokio::test]
     async fn ready_until_drained_and_healthy_throughout() {
+        let none = http::HeaderMap::new();
+        let mut drain = http::HeaderMap::new();
+        drain.insert(DRAIN_HEADER, http::HeaderValue::from_static("yes"));
+        let status = |r: Option<http::Response<Vec<u8>>>| r.map(|r| r.status().as_u16());
+        assert_eq!(status(answer("/healthz", "", &none).await), Some(200));
+        assert_eq!(status(answer("/readyz", "", &none).await), Some(200));
+        // A link-follower's GET takes nothing out.
         assert_eq!(
-            answer("/healthz", "").await.map(|r| r.status()),
-            Some(http::StatusCode::OK)
+            status(answer("/drainz", "seconds=0", &none).await),
+            Some(403)
         );
+        assert_eq!(status(answer("/readyz", "", &none).await), Some(200));
         assert_eq!(
-            answer("/readyz", "").await.map(|r| r.status().as_u16()),
+            status(answer("/drainz", "seconds=0", &drain).await),
             Some(200)
         );
-        assert_eq!(
-            answer("/drainz", "seconds=0")
-                .await
-                .map(|r| r.status().as_u16()),
-            Some(200)
-        );
-        assert_eq!(
-            answer("/readyz", "").await.map(|r| r.status().as_u16()),
-            Some(503)
-        );
-        assert_eq!(
-            answer("/healthz", "").await.map(|r| r.status().as_u16()),
-            Some(200)
-        );
-        assert!(answer("/other", "").await.is_none());
+        assert_eq!(status(answer("/readyz", "", &none).await), Some(503));
+        assert_eq!(status(answer("/healthz", "", &none).await), Some(200));
+        // Reversible until the server shuts down.
+        assert_eq!(status(answer("/drainz", "undo", &drain).await), Some(200));
+        assert_eq!(status(answer("/readyz", "", &none).await), Some(200));
+        assert!(answer("/other", "", &none).await.is_none());
     }
 }
