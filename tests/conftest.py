@@ -292,3 +292,10 @@ def store(request, tmp_path):
     host, port = base.split("@")[1].split("/")[0].split(":")
     subprocess.run([bindir / "createdb", "-h", host, "-p", port, "-U", "floe", name], check=True)
     return base.rsplit("/", 1)[0] + "/" + name
+
+
+def complete_lines(path):
+    """The lines of a file another process is still appending to, the last one only once its
+    newline is written: a reader never parses half a record."""
+    text = path.read_text()
+    return text.split("\n")[:-1] if text else []

@@ -13,7 +13,7 @@ import time
 import pytest
 import urllib3
 
-from conftest import BUCKET, CACHE, Proc, free_port, start_cached_floe
+from conftest import complete_lines, BUCKET, CACHE, Proc, free_port, start_cached_floe
 from fleet import start_fleet, wait_until
 from relay import Relay
 from test_scheduler import Sched, deployment
@@ -54,7 +54,7 @@ service:
         out = []
         if not self.out.exists():
             return out
-        for line in self.out.read_text().splitlines():
+        for line in complete_lines(self.out):
             for rs in json.loads(line).get("resourceSpans", []):
                 res = attrs(rs.get("resource", {}).get("attributes", []))
                 for ss in rs.get("scopeSpans", []):
@@ -65,7 +65,7 @@ service:
     def metric_names(self):
         names = set()
         if self.out.exists():
-            for line in self.out.read_text().splitlines():
+            for line in complete_lines(self.out):
                 for rm in json.loads(line).get("resourceMetrics", []):
                     for sm in rm.get("scopeMetrics", []):
                         names.update(m["name"] for m in sm.get("metrics", []))
@@ -75,7 +75,7 @@ service:
         """The latest value of each series of metric `name`: {(service, sorted attrs): value}."""
         out = {}
         if self.out.exists():
-            for line in self.out.read_text().splitlines():
+            for line in complete_lines(self.out):
                 for rm in json.loads(line).get("resourceMetrics", []):
                     service = attrs(rm.get("resource", {}).get("attributes", [])).get("service.name")
                     for sm in rm.get("scopeMetrics", []):
@@ -196,5 +196,5 @@ def test_floe_control_exports_its_scheduler_runs_with_the_events_trace(collector
     assert span["traceId"] == CLIENT_TRACE and span["parentSpanId"] == CLIENT_SPAN
     assert span["attrs"]["floe.deployment"] == "traced" and span["attrs"]["floe.run.result"] == "ok"
     # The worker got the run's span as its TRACEPARENT.
-    start = next(json.loads(x) for x in out.read_text().splitlines())
+    start = next(json.loads(x) for x in complete_lines(out))
     assert start["env"]["TRACEPARENT"] == f"00-{CLIENT_TRACE}-{span['spanId']}-01"

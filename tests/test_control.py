@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from conftest import (ADMIN_TOKEN, BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, TARGET, Proc,
+from conftest import (complete_lines, ADMIN_TOKEN, BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, TARGET, Proc,
                       free_port, start_cached_floe)
 from relay import Relay
 
@@ -357,7 +357,7 @@ def test_a_commit_starts_the_subscribed_worker_within_the_poll_interval_and_a_se
 
 
 def read_lines(p):
-    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+    return [json.loads(x) for x in complete_lines(p)] if p.exists() else []
 
 
 def test_status_cli_prints_tables_workers_and_heat(stack):

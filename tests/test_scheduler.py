@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import TARGET, Proc, free_port
+from conftest import complete_lines, TARGET, Proc, free_port
 from fleet import wait_until
 from test_dashboard import check, queries, scrape
 
@@ -89,7 +89,7 @@ class Sched:
 
 def lines(out):
     p = pathlib.Path(out)
-    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+    return [json.loads(x) for x in complete_lines(p)] if p.exists() else []
 
 
 def ok_runs(runs, dep):
