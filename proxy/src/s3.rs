@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::uri::decode;
+use floe_core::uri::{decode, decode_strict, uri_encode};
 use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
@@ -102,8 +102,14 @@ impl S3Mode {
         };
         ctx.f.bucket = Some(route.bucket.clone());
         if !ctx.raw_key.is_empty() {
-            let key = ObjectKey::parse(&decode(&ctx.raw_key))
+            let decoded = decode_strict(&ctx.raw_key).ok_or_else(|| {
+                S3Error::new(S3ErrorCode::InvalidURI, "Couldn't parse the specified URI.")
+            })?;
+            let key = ObjectKey::parse(&decoded)
                 .map_err(|e| S3Error::new(S3ErrorCode::InvalidArgument, e.to_string()))?;
+            // Forwarded in the one encoding the origin's verifier rebuilds from the key it
+            // decodes (`%3f`, `%41` as sent would fail its signature check).
+            ctx.raw_key = uri_encode(key.as_str(), true);
             ctx.f.key = Some(key);
         }
         ctx.route = Some(route.clone());
@@ -274,10 +280,12 @@ impl Mode for S3Mode {
         let mut failed = None;
         if let Some(route) = &ctx.route {
             route.origin.breaker.success();
-            failed = route
-                .filters
-                .iter()
-                .find_map(|f| f.upstream_response_filter(resp, &mut ctx.f).err());
+            for filter in &route.filters {
+                if let Err(e) = filter.upstream_response_filter(resp, &mut ctx.f).await {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
         if let Some(e) = failed {
             return Err(fail(ctx, e));

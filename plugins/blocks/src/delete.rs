@@ -8,35 +8,35 @@ use serde::Deserialize;
 /// each, which with the XML around them stays under this.
 pub const MAX_DELETE_BODY: usize = 2 << 20;
 
-/// The keys of a DeleteObjects body, parsed once at its end (`None`: unreadable).
+/// The keys of a DeleteObjects body, parsed once at its end.
 #[derive(Clone)]
-pub(crate) struct DeleteKeys(pub(crate) Option<Vec<String>>);
+pub(crate) struct DeleteKeys(pub(crate) Vec<String>);
 
-/// The body of one DeleteObjects request, collected in [`floe_core::FilterCtx::ext`].
+/// The body of one DeleteObjects request, collected in [`floe_core::FilterCtx::ext`] and held
+/// back from the origin until its keys are read.
 #[derive(Default, Clone)]
 pub(crate) struct DeleteBody {
     buf: BytesMut,
-    /// The body outgrew [`MAX_DELETE_BODY`]: its keys are unknown.
-    overflow: bool,
 }
 
 impl DeleteBody {
-    /// Adds one piece of the body.
-    pub(crate) fn push(&mut self, piece: &Bytes) {
+    /// Adds one piece of the body; `false`: the body outgrew [`MAX_DELETE_BODY`].
+    pub(crate) fn push(&mut self, piece: &Bytes) -> bool {
         if self.buf.len() + piece.len() > MAX_DELETE_BODY {
-            self.overflow = true;
-            self.buf = BytesMut::new();
-        } else if !self.overflow {
-            self.buf.extend_from_slice(piece);
+            return false;
         }
+        self.buf.extend_from_slice(piece);
+        true
     }
 
-    /// The keys named, or `None` when the body could not be read (too large, not S3's XML).
+    /// The keys named, or `None` when the body is not S3's XML.
     pub(crate) fn keys(&self) -> Option<Vec<String>> {
-        if self.overflow {
-            return None;
-        }
         parse_keys(&self.buf)
+    }
+
+    /// The body collected so far, leaving none.
+    pub(crate) fn take(&mut self) -> Bytes {
+        std::mem::take(&mut self.buf).freeze()
     }
 }
 
@@ -83,14 +83,24 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_body_has_unknown_keys() {
+    fn an_oversized_body_is_refused() {
         let mut b = DeleteBody::default();
-        b.push(&Bytes::from_static(
+        assert!(b.push(&Bytes::from_static(
             b"<Delete><Object><Key>k</Key></Object>",
-        ));
-        b.push(&Bytes::from_static(b"</Delete>"));
+        )));
+        assert!(b.push(&Bytes::from_static(b"</Delete>")));
         assert_eq!(b.keys(), Some(vec!["k".to_owned()]));
-        b.push(&Bytes::from(vec![b' '; MAX_DELETE_BODY]));
-        assert_eq!(b.keys(), None);
+        assert!(!b.push(&Bytes::from(vec![b' '; MAX_DELETE_BODY])));
+        assert_eq!(b.take().len(), 46);
+    }
+
+    #[test]
+    fn bodies_a_lenient_origin_reads_otherwise_are_refused() {
+        // Each is taken by MinIO (Go's encoding/xml) one way or another: Floe refuses them
+        // rather than guess which keys go.
+        let dup = b"<Delete><Object><Key>a</Key><Key>b</Key></Object></Delete>";
+        assert_eq!(parse_keys(dup), None);
+        let lead = b"junk<Delete><Object><Key>a</Key></Object></Delete>";
+        assert_eq!(parse_keys(lead), None);
     }
 }

@@ -8,9 +8,11 @@ use bytes::Bytes;
 use floe_core::conditions::Conditions;
 use floe_core::fleet::Fleet;
 use floe_core::{
-    BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error, S3Op,
+    BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
+    S3ErrorCode, S3Op,
 };
 use lru::LruCache;
+use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
 use crate::access::Access;
@@ -18,6 +20,7 @@ use crate::answer::response_header;
 use crate::cache::BlockCache;
 use crate::classify::Class;
 use crate::delete::{DeleteBody, DeleteKeys};
+use crate::forget::{tell_fleet, Forget};
 use crate::inflight::SingleFlight;
 use crate::mapping::{Mapping, MappingTable};
 use crate::reader::{BlockReader, Target};
@@ -105,10 +108,21 @@ impl BlockFilter {
             .with_fleet(fleet)
     }
 
-    /// Drops the mapping of `key` (memory and persisted).
+    /// Drops the mapping of `key` (memory and persisted). A persisted mapping the disk tier
+    /// was still writing could land after the removal: it is removed again once the tier's
+    /// pending writes settled (and until then, and after, a dropped key's persisted mapping
+    /// is not trusted: [`MappingTable::dropped_since_boot`]).
     pub fn invalidate(&self, key: &str) {
         self.map.drop_key(key);
-        self.cache.forget_mapping(&self.bucket_key, &Arc::from(key));
+        let object_key: Arc<str> = Arc::from(key);
+        self.cache.forget_mapping(&self.bucket_key, &object_key);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (cache, bucket) = (self.cache.clone(), self.bucket_key.clone());
+            rt.spawn(async move {
+                cache.settle().await;
+                cache.forget_mapping(&bucket, &object_key);
+            });
+        }
     }
 
     /// Drops every mapping under `prefix`; returns how many were in memory.
@@ -120,7 +134,10 @@ impl BlockFilter {
         let req = session.req_header();
         let query = req.uri.query().unwrap_or("");
         let version = floe_core::version_read(query, &req.headers);
-        if version.is_none() && !floe_core::plain_read(query, &req.headers) {
+        // A key origins name differently (`a//b`, `/a`, `./`) is never cached: a write of the
+        // name a folding origin gives it could not find the mapping to drop.
+        let canonical = ctx.key.as_ref().is_some_and(ObjectKey::is_canonical);
+        if !canonical || (version.is_none() && !floe_core::plain_read(query, &req.headers)) {
             ctx.cache = Some("pass");
             return Ok(false);
         }
@@ -224,16 +241,10 @@ impl BlockFilter {
 
 impl BlockFilter {
     /// Once the origin answered a DeleteObjects: every named key's mapping (memory and
-    /// persisted) and blocks are purged. A body whose keys could not be read drops every
-    /// in-memory mapping of the route; persisted ones are then revalidated only by a purge.
+    /// persisted) and blocks are purged. (A body whose keys cannot be read never reaches the
+    /// origin: see `request_body_filter`.)
     fn after_delete_objects(&self, ctx: &FilterCtx) {
-        let keys = ctx.ext.get::<DeleteKeys>().and_then(|k| k.0.clone());
-        let Some(keys) = keys else {
-            let n = self.invalidate_prefix("");
-            tracing::warn!(
-                dropped = n,
-                "DeleteObjects body unreadable: every in-memory mapping of the route dropped"
-            );
+        let Some(keys) = ctx.ext.get::<DeleteKeys>().map(|k| k.0.clone()) else {
             return;
         };
         let me = self.clone();
@@ -243,7 +254,50 @@ impl BlockFilter {
             }
         });
     }
+
+    /// The keys a write request changes at the origin (its key and the name a folding origin
+    /// gives it; a DeleteObjects' keys once its body was read); `None`: not a write.
+    fn written_keys(&self, ctx: &FilterCtx) -> Option<Vec<String>> {
+        match ctx.op {
+            S3Op::PutObject
+            | S3Op::CopyObject
+            | S3Op::DeleteObject
+            | S3Op::CompleteMultipartUpload => {
+                let key = ctx.key.as_ref()?;
+                let mut keys = vec![key.as_str().to_owned()];
+                keys.extend(key.folded().map(|k| k.as_str().to_owned()));
+                Some(keys)
+            }
+            S3Op::DeleteObjects => ctx.ext.get::<DeleteKeys>().map(|k| k.0.clone()),
+            _ => None,
+        }
+    }
+
+    /// Drops `keys` here and on every other member; in a fleet, returns once every member
+    /// confirmed (or [`crate::forget::TELL_WAIT`] passed), twice over (see
+    /// [`crate::forget::tell_fleet`] for why one round is not enough).
+    async fn forget_everywhere(&self, keys: Vec<String>) {
+        let Some(fleet) = &self.fleet else {
+            keys.iter().for_each(|k| self.invalidate(k));
+            return;
+        };
+        let forget = Forget {
+            bucket: self.bucket_key.to_string(),
+            keys,
+        };
+        for _round in 0..2 {
+            forget.keys.iter().for_each(|k| self.invalidate(k));
+            let missed = tell_fleet(fleet, &forget).await;
+            if missed > 0 {
+                tracing::warn!(missed, "members not told of a write in time: retrying");
+            }
+        }
+    }
 }
+
+/// Marks a write whose members were told before its answer went out.
+#[derive(Clone, Copy)]
+struct Told;
 
 #[async_trait]
 impl RequestFilter for BlockFilter {
@@ -262,8 +316,10 @@ impl RequestFilter for BlockFilter {
             | S3Op::CopyObject
             | S3Op::DeleteObject
             | S3Op::CompleteMultipartUpload => {
+                for k in self.written_keys(ctx).unwrap_or_default() {
+                    self.invalidate(&k);
+                }
                 if let Some(k) = &ctx.key {
-                    self.invalidate(k.as_str());
                     let query = session.req_header().uri.query().unwrap_or("");
                     if let Some(v) = floe_core::version_read(query, &http::HeaderMap::new()) {
                         self.forget_version(k.as_str(), &v);
@@ -274,7 +330,7 @@ impl RequestFilter for BlockFilter {
             S3Op::DeleteObjects => {
                 // Its body may name versions: every version mapping of the route goes.
                 self.versions.drop_prefix("");
-                // The keys are in the body: collected as it streams to the origin.
+                // The keys are in the body: held back until it is read whole.
                 ctx.ext.insert(DeleteBody::default());
                 Ok(false)
             }
@@ -291,34 +347,60 @@ impl RequestFilter for BlockFilter {
         let Some(collected) = ctx.ext.get_mut::<DeleteBody>() else {
             return Ok(());
         };
-        if let Some(piece) = body {
-            collected.push(piece);
-        }
-        if end_of_stream {
-            // Parsed once; dropped before the origin answers, and again (with their blocks)
-            // once it has (see `logging`).
-            let keys = collected.keys();
-            match &keys {
-                Some(keys) => keys.iter().for_each(|k| self.invalidate(k)),
-                None => {
-                    self.invalidate_prefix("");
-                }
+        // Held back whole: the origin sees the body only once Floe has read the keys it names,
+        // so it never deletes keys whose mappings Floe would keep.
+        if let Some(piece) = body.take() {
+            if !collected.push(&piece) {
+                return Err(S3Error::new(
+                    S3ErrorCode::MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our published schema",
+                ));
             }
+        }
+        *body = Some(Bytes::new());
+        if end_of_stream {
+            let Some(keys) = collected.keys() else {
+                return Err(S3Error::new(
+                    S3ErrorCode::MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our published schema",
+                ));
+            };
+            *body = Some(collected.take());
+            keys.iter().for_each(|k| self.invalidate(k));
             ctx.ext.remove::<DeleteBody>();
             ctx.ext.insert(DeleteKeys(keys));
         }
         Ok(())
     }
 
+    async fn upstream_response_filter(
+        &self,
+        resp: &mut ResponseHeader,
+        ctx: &mut FilterCtx,
+    ) -> Result<(), S3Error> {
+        let Some(keys) = self.written_keys(ctx) else {
+            return Ok(());
+        };
+        // A 4xx changed nothing; a 5xx may have committed before failing.
+        if !(400..500).contains(&resp.status.as_u16()) {
+            self.forget_everywhere(keys).await;
+        }
+        ctx.ext.insert(Told);
+        Ok(())
+    }
+
     fn logging(&self, ctx: &FilterCtx, status: u16) {
         // A write may have raced a read that re-resolved the old version: drop again once the
         // write is answered.
-        if matches!(
-            ctx.op,
-            S3Op::PutObject | S3Op::CopyObject | S3Op::DeleteObject | S3Op::CompleteMultipartUpload
-        ) {
-            if let Some(k) = &ctx.key {
-                self.invalidate(k.as_str());
+        if let Some(keys) = self.written_keys(ctx) {
+            let told = ctx.ext.get::<Told>().is_some() || ctx.answered_by.is_some();
+            // A 4xx (refused by a stage or by the origin) changed nothing at the origin.
+            if told || (400..500).contains(&status) {
+                keys.iter().for_each(|k| self.invalidate(k));
+            } else {
+                // No answer came from the origin (cut off, timed out): it may have committed.
+                let me = self.clone();
+                tokio::spawn(async move { me.forget_everywhere(keys).await });
             }
         }
         if ctx.op == S3Op::DeleteObjects {

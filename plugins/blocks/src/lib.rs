@@ -19,6 +19,7 @@ pub mod config;
 pub mod delete;
 mod fill;
 mod filter;
+pub mod forget;
 mod gauges;
 pub mod hints;
 pub mod hot;

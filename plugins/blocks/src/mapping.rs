@@ -3,6 +3,7 @@
 //! restart.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -15,6 +16,10 @@ const SHARDS: usize = 32;
 /// Most mappings one route keeps in memory (per shard: this / SHARDS). A dropped mapping costs
 /// one HEAD to re-resolve, or nothing for immutable objects (persisted in the metadata store).
 pub const MAX_MAPPINGS: usize = 1 << 20;
+/// Drop counters per table (a key's counter is `hash % DROP_SLOTS`): a resolve that began
+/// before a key was dropped must not put back the version it found. Fine enough that a write
+/// rarely costs an unrelated key's resolve its mapping (it is then only not remembered).
+const DROP_SLOTS: usize = 4096;
 
 /// A resolved object version.
 #[derive(Debug, Clone)]
@@ -139,8 +144,24 @@ impl Mapping {
 /// key survives any number of one-off keys.
 pub struct MappingTable {
     shards: Vec<Mutex<LruCache<String, Arc<Mapping>>>>,
+    /// How often keys of each slot were dropped (see [`MappingTable::ticket`]).
+    drops: Vec<AtomicU64>,
+    /// How often a prefix was dropped (any key may have been under it).
+    prefix_drops: AtomicU64,
     hasher: RandomState,
     per_shard: usize,
+}
+
+/// What a resolve saw of its key's drops when it began (see [`MappingTable::ticket`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(u64, u64);
+
+impl std::fmt::Display for Ticket {
+    /// Names the drop generation: resolves of one key under different tickets never share a
+    /// flight (a read after a write must not join a resolve begun before it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
 }
 
 impl Default for MappingTable {
@@ -158,6 +179,8 @@ impl MappingTable {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(LruCache::unbounded()))
                 .collect(),
+            drops: (0..DROP_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            prefix_drops: AtomicU64::new(0),
             hasher: RandomState::new(),
         }
     }
@@ -167,6 +190,46 @@ impl MappingTable {
     fn shard(&self, key: &str) -> &Mutex<LruCache<String, Arc<Mapping>>> {
         let i = (self.hasher.hash_one(key) as usize) % SHARDS;
         &self.shards[i]
+    }
+
+    fn drops_of(&self, key: &str) -> &AtomicU64 {
+        // Another bit range of the hash than the shard's, so one shard spreads over slots.
+        let i = ((self.hasher.hash_one(key) >> 16) as usize) % DROP_SLOTS;
+        &self.drops[i]
+    }
+
+    /// Taken before a resolve asks anyone: [`MappingTable::put_unless_dropped`] then keeps
+    /// its answer only if `key` was not dropped meanwhile (a write landed while the answer,
+    /// perhaps naming the version it replaced, was on its way).
+    pub fn ticket(&self, key: &str) -> Ticket {
+        Ticket(
+            self.drops_of(key).load(Ordering::Acquire),
+            self.prefix_drops.load(Ordering::Acquire),
+        )
+    }
+
+    /// Whether `key` (or a key sharing its drop slot, or a prefix) was dropped since this
+    /// table was made. A persisted mapping of such a key is not trusted: the disk tier may
+    /// still have been writing it when the drop removed it, and then hold it again.
+    pub fn dropped_since_boot(&self, key: &str) -> bool {
+        self.ticket(key) != Ticket(0, 0)
+    }
+
+    /// [`MappingTable::put`] when `key` was not dropped since `ticket` was taken; `false`:
+    /// not recorded (the caller must not persist it either).
+    pub fn put_unless_dropped(&self, key: &str, m: Arc<Mapping>, ticket: Ticket) -> bool {
+        let Ok(mut s) = self.shard(key).lock() else {
+            return false;
+        };
+        // Drops count under the shard's lock, so no drop slips between this check and the put.
+        if self.ticket(key) != ticket {
+            return false;
+        }
+        s.put(key.to_owned(), m);
+        while s.len() > self.per_shard {
+            s.pop_lru();
+        }
+        true
     }
 
     /// The mapping of `key`, if known (and now its shard's most recently used).
@@ -199,9 +262,10 @@ impl MappingTable {
         }
     }
 
-    /// Drops a key's mapping.
+    /// Drops a key's mapping; resolves of it under way will not put theirs back.
     pub fn drop_key(&self, key: &str) {
         if let Ok(mut s) = self.shard(key).lock() {
+            self.drops_of(key).fetch_add(1, Ordering::AcqRel);
             s.pop(key);
         }
     }
@@ -224,6 +288,7 @@ impl MappingTable {
 
     /// Drops every mapping whose key starts with `prefix`; returns how many.
     pub fn drop_prefix(&self, prefix: &str) -> usize {
+        self.prefix_drops.fetch_add(1, Ordering::AcqRel);
         let mut n = 0;
         for s in &self.shards {
             if let Ok(mut s) = s.lock() {
@@ -234,6 +299,7 @@ impl MappingTable {
                     .cloned()
                     .collect();
                 for k in &doomed {
+                    self.drops_of(k).fetch_add(1, Ordering::AcqRel);
                     s.pop(k);
                 }
                 n += doomed.len();
@@ -311,6 +377,45 @@ mod bound_tests {
         }
         assert!(t.keys_with_prefix("k").len() <= 64);
         assert!(t.get("k9999").is_some(), "the newest entry is kept");
+    }
+
+    #[test]
+    fn a_resolve_that_crossed_a_drop_is_not_kept() {
+        let class = Class {
+            store: Store::Data,
+            immutable: true,
+            parquet: true,
+        };
+        let m = || {
+            let etag = ETag::parse("\"old\"").unwrap();
+            Arc::new(Mapping::new(
+                ObjectHead {
+                    etag,
+                    size: 1,
+                    headers: vec![],
+                    checksums: None,
+                },
+                class,
+            ))
+        };
+        let t = MappingTable::default();
+        let before_write = t.ticket("k");
+        t.drop_key("k"); // the write landed while the resolve's answer was on its way
+        assert!(!t.put_unless_dropped("k", m(), before_write));
+        assert!(t.get("k").is_none());
+        let before_purge = t.ticket("k");
+        t.drop_prefix("");
+        assert!(!t.put_unless_dropped("k", m(), before_purge));
+        let fresh = t.ticket("k");
+        assert!(t.put_unless_dropped("k", m(), fresh));
+        assert!(t.get("k").is_some());
+        // Another key's drop rarely costs this one (4096 slots): most survive.
+        let tickets: Vec<_> = (0..100).map(|i| t.ticket(&format!("o{i}"))).collect();
+        t.drop_key("k");
+        let kept = (0..100)
+            .filter(|i| t.put_unless_dropped(&format!("o{i}"), m(), tickets[*i]))
+            .count();
+        assert!(kept >= 98, "{kept}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::admin::BlocksAdmin;
 use crate::cache::{BlockCache, CacheSettings};
 use crate::config::{validate, FileSections};
 use crate::filter::BlockFilter;
+use crate::forget::{forget_here, tell_fleet, Forget, ForgetService};
 
 /// The factory the proxy lists.
 pub static FACTORY: BlocksFactory = BlocksFactory;
@@ -134,6 +135,14 @@ impl Plugin for BlocksPlugin {
         if let Some(fleet) = route.shared.get::<Arc<dyn Fleet>>() {
             filter = filter.in_fleet(fleet.clone());
             fleet.serve(bucket.as_str(), Arc::new(filter.clone()));
+            // One service for every route (mounting again replaces it with its equal).
+            fleet.mount(
+                crate::forget::SERVICE,
+                Arc::new(ForgetService {
+                    cache: filter.cache.clone(),
+                    routes: self.routes.clone(),
+                }),
+            );
         }
         let filter = Arc::new(filter);
         if let Ok(mut r) = self.routes.write() {
@@ -175,14 +184,15 @@ struct BlockVersions {
 
 impl Versions for BlockVersions {
     fn forget(&self, bucket: &str, key: &str) {
+        forget_here(&self.cache, &self.routes, bucket, key);
+        // The other members resolved it too (through its owner): they are told as well.
         let route = self.routes.read().ok().and_then(|r| r.get(bucket).cloned());
-        match route {
-            Some(f) => f.invalidate(key),
-            // No stage built here for the bucket yet (a pattern route): only the persisted
-            // mapping can be there.
-            None => self
-                .cache
-                .forget_mapping(&Arc::from(bucket), &Arc::from(key)),
+        if let Some(fleet) = route.and_then(|f| f.fleet.clone()) {
+            let forget = Forget {
+                bucket: bucket.to_owned(),
+                keys: vec![key.to_owned()],
+            };
+            tokio::spawn(async move { tell_fleet(&fleet, &forget).await });
         }
     }
 }

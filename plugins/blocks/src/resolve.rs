@@ -13,7 +13,7 @@ use crate::cache::Fill;
 use crate::classify::{Class, Store};
 use crate::filter::{BlockFilter, Resolved};
 use crate::inflight::{wait_for, Claim};
-use crate::mapping::Mapping;
+use crate::mapping::{Mapping, Ticket};
 use crate::range::{align, resolve as resolve_range, RangeAsk};
 use crate::reader::{adopt, Adopted};
 
@@ -60,6 +60,8 @@ impl BlockFilter {
         key: &ObjectKey,
         probe: Probe<'_>,
     ) -> Result<Option<Resolution>, OriginError> {
+        // Before anything is asked: an answer that crosses a write of the key is not kept.
+        let ticket = self.map.ticket(key.as_str());
         let known = self.map.get(key.as_str());
         if let Some(m) = &known {
             let fresh = m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl;
@@ -75,9 +77,11 @@ impl BlockFilter {
         let class = self.class_of(key.as_str());
         // A resolve for a peer (Local) never waits on one that asks a peer: two nodes asking
         // each other would wait on each other's claims until their timeouts.
+        // A read that begins after a write of the key never joins a resolve begun before it
+        // (which may answer the version the write replaced): the flight is per drop ticket.
         let name = match probe {
-            Probe::Local => format!("\0{}", key.as_str()),
-            _ => key.as_str().to_owned(),
+            Probe::Local => format!("\0{}\0{ticket}", key.as_str()),
+            _ => format!("{}\0{ticket}", key.as_str()),
         };
         let (r, adopted) = match self.resolving.claim(&name) {
             Claim::Theirs(rx) => {
@@ -85,7 +89,9 @@ impl BlockFilter {
                 (wait_for(rx, abandoned).await, None)
             }
             Claim::Mine(tx) => {
-                let (r, adopted) = self.resolve_slow(bucket, key, known, class, probe).await;
+                let (r, adopted) = self
+                    .resolve_slow(bucket, (key, ticket), known, class, probe)
+                    .await;
                 let _ = tx.send(Some(r.clone()));
                 self.resolving.release(&name);
                 (r, adopted)
@@ -101,25 +107,25 @@ impl BlockFilter {
     async fn resolve_slow(
         &self,
         bucket: &BucketName,
-        key: &ObjectKey,
+        (key, ticket): (&ObjectKey, Ticket),
         known: Option<Arc<Mapping>>,
         class: Class,
         probe: Probe<'_>,
     ) -> (Resolved, Option<Adopted>) {
         let object_key: Arc<str> = key.shared();
-        if known.is_none() && class.immutable {
+        if known.is_none() && class.immutable && !self.map.dropped_since_boot(key.as_str()) {
             if let Some(m) = self
                 .cache
                 .load_mapping(&self.bucket_key, &object_key, class)
                 .await
             {
                 let m = Arc::new(m);
-                self.map.put(key.as_str(), m.clone());
+                self.map.put_unless_dropped(key.as_str(), m.clone(), ticket);
                 return (Ok(Some((m, true))), None);
             }
         }
         let hint = known.as_ref().map(|m| &m.etag);
-        let probe = match self.ask_owner(key, class, probe, hint).await {
+        let probe = match self.ask_owner((key, ticket), class, probe, hint).await {
             Ok(done) => return (done, None),
             Err(p) => p,
         };
@@ -129,7 +135,9 @@ impl BlockFilter {
                 resolve_range(range, u64::MAX),
                 RangeAsk::Whole | RangeAsk::Part { .. }
             ) {
-                return self.resolve_by_get(bucket, key, class, range).await;
+                return self
+                    .resolve_by_get(bucket, (key, ticket), class, range)
+                    .await;
             }
         }
         let fresh = match self
@@ -149,7 +157,7 @@ impl BlockFilter {
             Err(OriginError::NotFound) => return (Ok(None), None),
             Err(e) => return (Err(e), None),
         };
-        (Ok(Some((self.remember(key, fresh), false))), None)
+        (Ok(Some((self.remember(key, fresh, ticket), false))), None)
     }
 
     /// In a fleet, the owner of the object's first block (or its donor) resolves it for every
@@ -158,7 +166,7 @@ impl BlockFilter {
     /// owns the first block it reads; otherwise a HEAD, so a node never fills others' blocks.
     async fn ask_owner<'p>(
         &self,
-        key: &ObjectKey,
+        (key, ticket): (&ObjectKey, Ticket),
         class: Class,
         probe: Probe<'p>,
         stale: Option<&ETag>,
@@ -192,7 +200,7 @@ impl BlockFilter {
             .await
         {
             Ok(head) => Ok(Ok(Some((
-                self.remember(key, Mapping::new(head, class)),
+                self.remember(key, Mapping::new(head, class), ticket),
                 false,
             )))),
             Err(PeerError::NotFound) => Ok(Ok(None)),
@@ -255,7 +263,7 @@ impl BlockFilter {
     async fn resolve_by_get(
         &self,
         bucket: &BucketName,
-        key: &ObjectKey,
+        (key, ticket): (&ObjectKey, Ticket),
         class: Class,
         range: Option<&str>,
     ) -> (Resolved, Option<Adopted>) {
@@ -275,7 +283,7 @@ impl BlockFilter {
             Err(OriginError::NotFound | OriginError::Status(416)) => return (Ok(None), None),
             Err(e) => return (Err(e), None),
         };
-        let m = self.remember(key, Mapping::new(got.head, class));
+        let m = self.remember(key, Mapping::new(got.head, class), ticket);
         let adopted = (m.size > 0).then(|| {
             let target = self.target(bucket, key, &m);
             adopt(
@@ -297,6 +305,7 @@ impl BlockFilter {
         map: &Arc<Mapping>,
     ) -> Option<Arc<Mapping>> {
         let bucket = BucketName::parse(&self.bucket_key).ok()?;
+        let ticket = self.map.ticket(key.as_str());
         let head = self.origin.head(&bucket, key, None).await.ok()??;
         if head.etag != map.etag || head.checksums.is_none() {
             return None;
@@ -305,16 +314,26 @@ impl BlockFilter {
             checksums: Mapping::new(head, map.class).checksums,
             ..Mapping::clone(map)
         };
-        Some(self.remember(key, fresh))
+        Some(self.remember(key, fresh, ticket))
     }
 
-    /// Puts a fresh mapping in the table (and persists it when the object is immutable).
-    fn remember(&self, key: &ObjectKey, m: Mapping) -> Arc<Mapping> {
+    /// Puts a fresh mapping in the table (and persists it when the object is immutable),
+    /// unless the key was dropped since `ticket`: then the mapping only answers the request
+    /// that resolved it (which overlapped the write that dropped the key).
+    fn remember(&self, key: &ObjectKey, m: Mapping, ticket: Ticket) -> Arc<Mapping> {
         let m = Arc::new(m);
-        if m.class.immutable {
-            self.cache.save_mapping(&self.bucket_key, &key.shared(), &m);
+        if self.map.ticket(key.as_str()) != ticket {
+            return m;
         }
-        self.map.put(key.as_str(), m.clone());
+        // Persisted first: a drop between the two then removes both (a drop removes the
+        // persisted mapping too), never leaving a persisted version behind a dropped one.
+        let object_key = key.shared();
+        if m.class.immutable {
+            self.cache.save_mapping(&self.bucket_key, &object_key, &m);
+        }
+        if !self.map.put_unless_dropped(key.as_str(), m.clone(), ticket) && m.class.immutable {
+            self.cache.forget_mapping(&self.bucket_key, &object_key);
+        }
         m
     }
 }

@@ -21,6 +21,7 @@ pub enum S3ErrorCode {
     InvalidPartOrder,
     InvalidRange,
     InvalidRequest,
+    InvalidURI,
     MalformedXML,
     MethodNotAllowed,
     MissingContentLength,
@@ -53,6 +54,7 @@ impl S3ErrorCode {
             | InvalidPart
             | InvalidPartOrder
             | InvalidRequest
+            | InvalidURI
             | MalformedXML
             | XAmzContentSHA256Mismatch => 400,
             InvalidRange => 416,
@@ -87,6 +89,7 @@ impl S3ErrorCode {
             NoSuchUpload => "NoSuchUpload",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
+            InvalidURI => "InvalidURI",
             MethodNotAllowed => "MethodNotAllowed",
             MissingContentLength => "MissingContentLength",
             NoSuchBucket => "NoSuchBucket",

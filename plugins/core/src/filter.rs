@@ -160,8 +160,9 @@ pub trait RequestFilter: Send + Sync {
         Ok(())
     }
 
-    /// Runs when the upstream's response header arrives, before it is sent to the client.
-    fn upstream_response_filter(
+    /// Runs when the upstream's response header arrives, before it is sent to the client: what
+    /// must hold before the client learns the outcome (the fleet told of a write) is done here.
+    async fn upstream_response_filter(
         &self,
         _resp: &mut ResponseHeader,
         _ctx: &mut FilterCtx,

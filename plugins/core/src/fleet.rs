@@ -186,6 +186,12 @@ pub trait Fleet: Send + Sync {
         None
     }
 
+    /// Every live member (active or draining) but this node: who must hear of a change every
+    /// node's cache depends on (an object written through this node). Default none.
+    fn others(&self) -> Vec<PeerRef> {
+        Vec::new()
+    }
+
     /// Sends `method path` (path and query, below the service) with `body` to the service
     /// `service` that `peer` mounted, over the fleet's authenticated transport, within
     /// `wait`. Default: refused (no fleet).

@@ -80,6 +80,39 @@ impl ObjectKey {
     pub fn shared(&self) -> Arc<str> {
         self.0.clone()
     }
+
+    /// Whether every origin names this key alike: no empty, `.` or `..` segment (so no
+    /// leading `/` and no `//`). S3 keeps such keys as written; MinIO and other
+    /// filesystem-backed stores fold them (`a//b` is `a/b`). A cache cannot know which it
+    /// fronts, so it caches canonical keys only.
+    pub fn is_canonical(&self) -> bool {
+        let body = self.0.strip_suffix('/').unwrap_or(&self.0);
+        !body.is_empty() && body.split('/').all(|s| !matches!(s, "" | "." | ".."))
+    }
+
+    /// The name a folding origin gives this key (empty and `.` segments dropped, `..` taking
+    /// the segment before it, a trailing `/` kept), when it differs from the key and is a key:
+    /// a write of this key may change that object there.
+    pub fn folded(&self) -> Option<ObjectKey> {
+        if self.is_canonical() {
+            return None;
+        }
+        let mut parts: Vec<&str> = Vec::new();
+        for seg in self.0.split('/') {
+            match seg {
+                "" | "." => {}
+                ".." => {
+                    parts.pop();
+                }
+                s => parts.push(s),
+            }
+        }
+        let mut out = parts.join("/");
+        if self.0.ends_with('/') && !out.is_empty() {
+            out.push('/');
+        }
+        Self::parse(&out).ok().filter(|k| k.0 != self.0)
+    }
 }
 
 impl fmt::Display for ObjectKey {
@@ -161,6 +194,32 @@ mod tests {
         assert_eq!(ObjectKey::parse("a/b c").unwrap().as_str(), "a/b c");
         assert!(ETag::parse("\"abc\"").is_ok());
         assert!(ETag::parse("a b").is_err());
+    }
+
+    #[test]
+    fn keys_a_folding_origin_renames_are_not_canonical() {
+        let key = |s: &str| ObjectKey::parse(s).unwrap();
+        for ok in ["a/v.parquet", "a/dir/", "x", "a.b/c..d/.e"] {
+            assert!(key(ok).is_canonical(), "{ok}");
+            assert_eq!(key(ok).folded(), None, "{ok}");
+        }
+        let folds = [
+            ("/a/v.parquet", Some("a/v.parquet")),
+            ("a//v.parquet", Some("a/v.parquet")),
+            ("a/./v.parquet", Some("a/v.parquet")),
+            ("a/b/../v.parquet", Some("a/v.parquet")),
+            ("a//dir//", Some("a/dir/")),
+            ("/", None),
+            ("..", None),
+        ];
+        for (raw, folded) in folds {
+            assert!(!key(raw).is_canonical(), "{raw}");
+            assert_eq!(
+                key(raw).folded().as_ref().map(ObjectKey::as_str),
+                folded,
+                "{raw}"
+            );
+        }
     }
 
     #[test]

@@ -18,6 +18,15 @@ pub fn uri_encode(s: &str, keep_slash: bool) -> String {
     utf8_percent_encode(s, set).to_string()
 }
 
+/// Percent-decodes a path into a string; `None` when the bytes are not UTF-8 (S3 names keys
+/// in UTF-8 only).
+pub fn decode_strict(s: &str) -> Option<String> {
+    percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
+}
+
 /// Percent-decodes bytes into a string, lossily for invalid UTF-8.
 pub fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()

@@ -218,6 +218,10 @@ impl Fleet for Ring {
         self.membership.member(id)
     }
 
+    fn others(&self) -> Vec<PeerRef> {
+        self.membership.others()
+    }
+
     async fn call(
         &self,
         peer: &PeerRef,

@@ -257,6 +257,16 @@ impl Membership {
         scored.into_iter().map(|(_, m)| m.peer.clone()).collect()
     }
 
+    /// Every live member (active or draining) but this node.
+    pub fn others(&self) -> Vec<PeerRef> {
+        let view = self.view.load();
+        view.members
+            .iter()
+            .filter(|m| m.peer.id != self.me)
+            .map(|m| m.peer.clone())
+            .collect()
+    }
+
     /// A live member by id.
     pub fn member(&self, id: &str) -> Option<PeerRef> {
         let view = self.view.load();

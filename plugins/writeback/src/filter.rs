@@ -379,7 +379,7 @@ impl RequestFilter for WritebackFilter {
         }
     }
 
-    fn upstream_response_filter(
+    async fn upstream_response_filter(
         &self,
         resp: &mut ResponseHeader,
         ctx: &mut FilterCtx,

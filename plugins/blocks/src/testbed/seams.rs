@@ -12,7 +12,8 @@ use crate::delete::DeleteBody;
 const B: usize = BS as usize;
 
 /// The keys of a DeleteObjects body are dropped (memory and persisted mapping) as the body
-/// ends; keys it does not name keep theirs. Backs test_delete_objects_through_floe_survives_restart.
+/// ends; keys it does not name keep theirs. The body is held back until it is read whole, then
+/// goes on as sent. Backs test_delete_objects_through_floe_survives_restart.
 #[tokio::test(start_paused = true)]
 async fn delete_objects_drops_exactly_the_keys_in_its_body() {
     let bed = Bed::new().await;
@@ -25,18 +26,21 @@ async fn delete_objects_drops_exactly_the_keys_in_its_body() {
     c.ext.insert(DeleteBody::default());
     let xml = "<Delete><Object><Key>data/a &amp; b.bin</Key></Object></Delete>";
     let (head, tail) = xml.split_at(20);
+    let mut sent = Vec::new();
     for (piece, end) in [(head, false), (tail, true)] {
         let mut body = Some(Bytes::copy_from_slice(piece.as_bytes()));
         bed.filter
             .request_body_filter(&mut body, end, &mut c)
             .await
             .unwrap();
-        assert_eq!(
-            body.as_deref(),
-            Some(piece.as_bytes()),
-            "the body goes on as sent"
+        let out = body.unwrap_or_default();
+        assert!(
+            end || out.is_empty(),
+            "nothing goes on before the body is read"
         );
+        sent.extend_from_slice(&out);
     }
+    assert_eq!(sent, xml.as_bytes(), "the body goes on as sent");
     assert!(bed.filter.map.get("data/a & b.bin").is_none());
     assert!(bed.filter.map.get("data/kept.bin").is_some());
     let class = bed.filter.class_of("data/a & b.bin");
@@ -48,6 +52,30 @@ async fn delete_objects_drops_exactly_the_keys_in_its_body() {
         persisted.is_none(),
         "the persisted mapping outlived the delete"
     );
+}
+
+/// A DeleteObjects body Floe cannot read is refused, and none of it went on: the origin
+/// never deletes keys whose mappings Floe would keep.
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_delete_objects_body_never_goes_on() {
+    let bed = Bed::new().await;
+    let bodies = [
+        "<Delete><Object><Key>a</Key><Key>b</Key></Object></Delete>",
+        "text<Delete><Object><Key>a</Key></Object></Delete>",
+    ];
+    for xml in bodies {
+        let mut c = ctx(S3Op::DeleteObjects, "x");
+        c.key = None;
+        c.ext.insert(DeleteBody::default());
+        let mut body = Some(Bytes::copy_from_slice(xml.as_bytes()));
+        let err = bed
+            .filter
+            .request_body_filter(&mut body, true, &mut c)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, floe_core::S3ErrorCode::MalformedXML, "{xml}");
+        assert!(body.unwrap_or_default().is_empty(), "{xml}: bytes went on");
+    }
 }
 
 /// Pins are bounded: the least recently used go first, and an unpinned key falls back to the

@@ -1,0 +1,202 @@
+//! Telling the fleet that keys changed. A write through any node (PUT, copy, multipart
+//! completion, delete) drops the keys' mappings on every live member before the client hears
+//! the write's outcome, so no node's next read is answered from the version it replaced: a
+//! non-owner asks the key's owner, and the owner would otherwise answer from its own mapping.
+//!
+//! The message is [`Forget`], JSON on the fleet's authenticated peer transport, mounted as the
+//! `blocks` service (`POST /v1/x/blocks/forget`). A member that does not answer within
+//! [`TELL_WAIT`] is told again in the background every [`RETRY_EVERY`] for up to
+//! [`RETRY_FOR`] (a node restarting meanwhile hears it as soon as its peer API is up).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use floe_core::fleet::{Fleet, PeerCall, PeerRef, PeerReply, PeerService};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::BlockCache;
+use crate::filter::BlockFilter;
+
+/// The service name the block cache mounts on the peer API.
+pub const SERVICE: &str = "blocks";
+/// The path of [`Forget`] below the service.
+const FORGET_PATH: &str = "/forget";
+/// How long a write waits for the members to confirm: a member slower than this (down, cut
+/// off) is retried in the background while the write is answered.
+pub const TELL_WAIT: Duration = Duration::from_millis(1000);
+/// Between retries to a member that did not confirm.
+pub const RETRY_EVERY: Duration = Duration::from_millis(250);
+/// How long a member that does not confirm is retried: longer than gossip takes to drop a dead
+/// member (it is then no longer asked by anyone), and than a restart takes.
+pub const RETRY_FOR: Duration = Duration::from_secs(600);
+/// Most retries in flight at once; past this, a failed tell is logged and counted only.
+const MAX_RETRYING: usize = 4096;
+
+/// "These keys of this bucket changed: drop what you resolved them to."
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Forget {
+    /// The bucket.
+    pub bucket: String,
+    /// The keys (decoded).
+    pub keys: Vec<String>,
+}
+
+impl Forget {
+    /// The call that carries it.
+    pub fn call(&self) -> PeerCall {
+        PeerCall {
+            method: "POST",
+            path: FORGET_PATH.to_owned(),
+            body: serde_json::to_vec(self).unwrap_or_default().into(),
+        }
+    }
+
+    /// Reads one from a call; `Err` names what is wrong.
+    pub fn decode(call: &PeerCall) -> Result<Self, String> {
+        if call.method != "POST" || call.path != FORGET_PATH {
+            return Err(format!("no such call: {} {}", call.method, call.path));
+        }
+        serde_json::from_slice(&call.body).map_err(|e| format!("bad forget body: {e}"))
+    }
+}
+
+/// Drops `key`'s mapping of `bucket` on this node (memory and persisted), whether or not a
+/// stage for the bucket was built here yet.
+pub(crate) fn forget_here(
+    cache: &BlockCache,
+    routes: &RwLock<HashMap<String, Arc<BlockFilter>>>,
+    bucket: &str,
+    key: &str,
+) {
+    let route = routes.read().ok().and_then(|r| r.get(bucket).cloned());
+    match route {
+        Some(f) => f.invalidate(key),
+        // No stage built here for the bucket yet (a pattern route): only the persisted
+        // mapping can be there.
+        None => cache.forget_mapping(&Arc::from(bucket), &Arc::from(key)),
+    }
+}
+
+/// The `blocks` peer service: applies other nodes' [`Forget`]s.
+pub(crate) struct ForgetService {
+    pub cache: Arc<BlockCache>,
+    pub routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
+}
+
+#[async_trait]
+impl PeerService for ForgetService {
+    async fn call(&self, call: PeerCall) -> PeerReply {
+        match Forget::decode(&call) {
+            Ok(f) => {
+                for k in &f.keys {
+                    forget_here(&self.cache, &self.routes, &f.bucket, k);
+                }
+                PeerReply {
+                    status: 204,
+                    body: bytes::Bytes::new(),
+                }
+            }
+            Err(why) => PeerReply {
+                status: 400,
+                body: why.into(),
+            },
+        }
+    }
+}
+
+static RETRYING: AtomicUsize = AtomicUsize::new(0);
+
+/// Tells every other live member of `fleet`; returns once each confirmed or [`TELL_WAIT`]
+/// passed. Members that did not confirm are retried in the background. Returns how many did
+/// not confirm in time.
+///
+/// One round is not enough for a write: a member told early may resolve the key again by
+/// asking one not told yet, and keep what it answers. [`BlockFilter`] runs two rounds: once
+/// the first is done, no member holds or resolves the replaced version any more, and the
+/// second drops whatever was taken from a late member in between.
+pub async fn tell_fleet(fleet: &Arc<dyn Fleet>, forget: &Forget) -> usize {
+    let others = fleet.others();
+    if others.is_empty() || forget.keys.is_empty() {
+        return 0;
+    }
+    tell_round(fleet, &forget.call(), others).await
+}
+
+async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, peers: Vec<PeerRef>) -> usize {
+    let asks = peers.into_iter().map(|peer| {
+        let (fleet, call) = (fleet.clone(), call.clone());
+        async move {
+            let ok = tell_one(&fleet, &peer, call.clone()).await;
+            (!ok).then_some((peer, call))
+        }
+    });
+    let missed: Vec<(PeerRef, PeerCall)> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    for (peer, call) in &missed {
+        retry_later(fleet.clone(), peer.clone(), call.clone());
+    }
+    missed.len()
+}
+
+async fn tell_one(fleet: &Arc<dyn Fleet>, peer: &PeerRef, call: PeerCall) -> bool {
+    match fleet.call(peer, SERVICE, call, TELL_WAIT).await {
+        Ok(r) if r.status == 204 => true,
+        Ok(r) => {
+            tracing::warn!(peer = %peer.id, status = r.status, "a member refused a forget");
+            // It answered: retrying the same message cannot help.
+            r.status < 500
+        }
+        Err(e) => {
+            tracing::debug!(peer = %peer.id, error = %e, "a member did not confirm a forget");
+            false
+        }
+    }
+}
+
+fn retry_later(fleet: Arc<dyn Fleet>, peer: PeerRef, call: PeerCall) {
+    if RETRYING.fetch_add(1, Ordering::AcqRel) >= MAX_RETRYING {
+        RETRYING.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!(peer = %peer.id, "too many forgets being retried: one dropped");
+        return;
+    }
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(RETRY_EVERY).await;
+            if tell_one(&fleet, &peer, call.clone()).await {
+                break;
+            }
+        }
+        RETRYING.fetch_sub(1, Ordering::AcqRel);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forget_round_trips_and_junk_is_refused() {
+        let f = Forget {
+            bucket: "lake".into(),
+            keys: vec!["t/data/a.parquet".into(), "a//b".into()],
+        };
+        assert_eq!(Forget::decode(&f.call()), Ok(f));
+        let mut bad = Forget {
+            bucket: "b".into(),
+            keys: vec![],
+        }
+        .call();
+        bad.body = bytes::Bytes::from_static(b"{\"bucket\":\"b\",\"keys\":[],\"x\":1}");
+        assert!(Forget::decode(&bad).is_err());
+        bad.path = "/other".into();
+        assert!(Forget::decode(&bad).is_err());
+    }
+}
