@@ -5,6 +5,7 @@ import datetime
 import hashlib
 import hmac
 import os
+import time
 import zlib
 from unittest import mock
 from xml.etree import ElementTree
@@ -15,7 +16,7 @@ import urllib3
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from conftest import BUCKET, CLIENT, PUBLIC, PUBLIC_RW, s3_client
+from conftest import BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, PUBLIC, PUBLIC_RW, s3_client
 
 HTTP = urllib3.PoolManager(retries=False)
 
@@ -152,6 +153,12 @@ def test_malformed_authorization(url, nothing_reaches_origin):
 def chunk_signed_put(url, data, chunk, tamper_chunk=None, trailer=None, tamper_trailer=False):
     """A PUT in signed aws-chunked framing; with `trailer` (a CRC32 in base64) the signed
     trailer form, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER."""
+    req, out, _ = chunk_signed_body(url, data, chunk, tamper_chunk, trailer, tamper_trailer)
+    return send(req, body=out)
+
+
+def chunk_signed_body(url, data, chunk, tamper_chunk=None, trailer=None, tamper_trailer=False, tamper_final=False):
+    """The signed request and its aws-chunked body, and the offsets where each chunk ends."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     n_chunks = (len(data) + chunk - 1) // chunk
     tail = f"x-amz-checksum-crc32:{trailer}\r\nx-amz-trailer-signature:{'0' * 64}\r\n\r\n" if trailer else "\r\n"
@@ -170,7 +177,7 @@ def chunk_signed_put(url, data, chunk, tamper_chunk=None, trailer=None, tamper_t
     k = b"AWS4" + CLIENT[1].encode()
     for part in (ts[:8], "us-east-1", "s3", "aws4_request"):
         k = hmac.new(k, part.encode(), hashlib.sha256).digest()
-    prev, out = seed, b""
+    prev, out, ends = seed, b"", []
     pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] + [b""]
     assert len(pieces) == n_chunks + 1
     for idx, p in enumerate(pieces):
@@ -178,8 +185,10 @@ def chunk_signed_put(url, data, chunk, tamper_chunk=None, trailer=None, tamper_t
                          hashlib.sha256(p).hexdigest()])
         prev = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
         sent = p if idx != tamper_chunk else b"X" + p[1:]
-        out += f"{len(p):x};chunk-signature={prev}\r\n".encode() + sent
+        shown = "f" * 64 if (tamper_final and not p) else prev
+        out += f"{len(p):x};chunk-signature={shown}\r\n".encode() + sent
         out += b"\r\n" if p or not trailer else b""
+        ends.append(len(out))
     if trailer:
         canonical = f"x-amz-checksum-crc32:{trailer}\n"
         sts = "\n".join(["AWS4-HMAC-SHA256-TRAILER", ts, scope, prev, hashlib.sha256(canonical.encode()).hexdigest()])
@@ -188,7 +197,78 @@ def chunk_signed_put(url, data, chunk, tamper_chunk=None, trailer=None, tamper_t
             sig = sig[::-1]
         out += f"x-amz-checksum-crc32:{trailer}\r\nx-amz-trailer-signature:{sig}\r\n\r\n".encode()
     assert len(out) == framed_len
-    return send(req, body=out)
+    return req, out, ends
+
+
+def send_slowly(req, body, cuts, pause=0.2, stop_at=None):
+    """Sends `req` over a raw socket, its body in pieces ending at `cuts` with a pause between
+    (the gaps a slow client opens); `stop_at`: close the connection once that many bytes went.
+    Returns the status (None when the connection closed without an answer)."""
+    import socket
+    import urllib.parse
+    u = urllib.parse.urlsplit(req.url)
+    path = u.path + (f"?{u.query}" if u.query else "")
+    head = f"PUT {path} HTTP/1.1\r\nHost: {u.netloc}\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in req.headers.items() if k.lower() != "host") + "\r\n"
+    s = socket.create_connection((u.hostname, u.port), timeout=10)
+    try:
+        s.sendall(head.encode())
+        start = 0
+        for end in cuts:
+            if stop_at is not None and end > stop_at:
+                s.sendall(body[start:stop_at])
+                return None
+            s.sendall(body[start:end])
+            start = end
+            time.sleep(pause)
+        got = b""
+        while b"\r\n" not in got:
+            piece = s.recv(65536)
+            if not piece:
+                return None
+            got += piece
+        return int(got.split(b" ", 2)[1])
+    finally:
+        s.close()
+
+
+def never_at_origin(direct, key, watch=1.0):
+    """The object does not exist at the origin, and does not appear for `watch` seconds (a
+    commit the proxy let through would land within them)."""
+    deadline = time.monotonic() + watch
+    while time.monotonic() < deadline:
+        with pytest.raises(direct.exceptions.ClientError):
+            direct.head_object(Bucket=BUCKET, Key=key)
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("case", ["bad-final-signature", "bad-trailer-signature", "bad-trailer-crc",
+                                  "reset-after-last-chunk"])
+def test_a_streamed_upload_that_fails_at_its_end_is_never_stored(direct, url, case):
+    """Chunks sent one by one with pauses: every data chunk verifies and goes on, then the end
+    fails. The origin, told the decoded length, must never have received the whole body."""
+    key = f"chunked/slow-{case}"
+    data = os.urandom(4 * 65536 + 1000)
+    trailer = crc32_b64(data) if "trailer" in case else None
+    req, body, ends = chunk_signed_body(
+        url(key), data, 65536, trailer="AAAAAA==" if case == "bad-trailer-crc" else trailer,
+        tamper_trailer=case == "bad-trailer-signature", tamper_final=case == "bad-final-signature")
+    stop = ends[-2] if case == "reset-after-last-chunk" else None
+    status = send_slowly(req, body, ends[:-1] + [len(body)], stop_at=stop)
+    assert status in ({None} if stop else {400, 403}), status
+    never_at_origin(direct, key)
+
+
+def test_headers_added_after_signing_are_refused(direct, url):
+    """An x-amz-* header the signature does not cover must not take effect: S3 answers
+    AccessDenied (an added x-amz-copy-source would turn a PUT into a copy)."""
+    direct.put_object(Bucket=BUCKET, Key="unsigned/src", Body=b"secret source")
+    for added in ({"x-amz-meta-evil": "1"}, {"x-amz-copy-source": f"{BUCKET}/unsigned/src"}):
+        req = sign("PUT", url("unsigned/dst"), body=b"mine")
+        headers = dict(req.headers, **added)
+        r = HTTP.request("PUT", req.url, body=b"mine", headers=headers)
+        assert err(r) == (403, "AccessDenied"), (added, r.data[:200])
+        never_at_origin(direct, "unsigned/dst", watch=0.2)
 
 
 def test_signed_chunks_accepted(floe, direct, url):
@@ -329,3 +409,57 @@ def test_expect_continue_still_gets_a_complete_early_error(floe, relay):
                                                  key=("floe-client", "wrong-secret"))
     assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in body, (statuses, body)
     assert relay.sent() == before
+
+
+def raw_exchange(port, head, body):
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(head + body)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            piece = s.recv(65536)
+            if not piece:
+                break
+            got += piece
+        return int(got.split(b" ", 2)[1]) if got else None
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("framing", [b"zz\r\nabc\r\n0\r\n\r\n", b"3\r\nabcdef\r\n0\r\n\r\n", b"-1\r\nabc\r\n0\r\n\r\n"],
+                         ids=["bad-size", "overlong-chunk", "negative-size"])
+def test_malformed_chunked_framing_is_a_client_error(floe, direct, minio, framing):
+    """S3 and MinIO answer broken Transfer-Encoding: chunked framing with a 4xx; so does Floe
+    (and stores nothing)."""
+    statuses = {}
+    for name, port, creds in (("floe", floe.port, CLIENT), ("minio", minio.port, None)):
+        url = f"http://127.0.0.1:{port}/{BUCKET}/te/bad"
+        req = sign("PUT", url, headers={"Transfer-Encoding": "chunked"}, payload="UNSIGNED-PAYLOAD",
+                   **({} if creds else {"key": (ORIGIN_KEY, ORIGIN_SECRET)}))
+        head = f"PUT /{BUCKET}/te/bad HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode() + b"".join(
+            f"{k}: {v}\r\n".encode() for k, v in req.headers.items() if k.lower() not in ("host", "content-length")) + b"\r\n"
+        statuses[name] = raw_exchange(port, head, framing)
+    print("statuses", statuses)
+    assert statuses["floe"] is not None and 400 <= statuses["floe"] < 500, statuses
+    never_at_origin(direct, "te/bad", watch=0.2)
+
+
+@pytest.mark.parametrize("key,sent", [("pct/a?b=c", "pct/a%3fb%3dc"), ("pct/abc-d", "pct/%61bc%2Dd")],
+                         ids=["lower-case-escapes", "encoded-unreserved"])
+def test_keys_sent_in_another_encoding_reach_the_origin_as_one_key(floe, direct, key, sent):
+    """A path S3 decodes to the same key must work through Floe as it does direct: Floe verifies
+    the client's signature, then forwards the key in the one encoding the origin rebuilds."""
+    import urllib.parse
+    signed_url = f"http://127.0.0.1:{floe.port}/{BUCKET}/{urllib.parse.quote(key, safe='/')}"
+    req = sign("PUT", signed_url, body=b"one key")
+    r = HTTP.request("PUT", f"http://127.0.0.1:{floe.port}/{BUCKET}/{sent}", body=b"one key",
+                     headers=dict(req.headers))
+    assert r.status == 200, r.data[:300]
+    assert direct.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"one key"
+
+
+def test_a_key_that_is_not_utf8_is_refused_before_the_origin(floe, direct, url):
+    req = sign("PUT", url("pct/x%FF"), body=b"x")
+    r = HTTP.request("PUT", url("pct/x%FF"), body=b"x", headers=dict(req.headers))
+    assert err(r) == (400, "InvalidURI")

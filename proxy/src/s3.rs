@@ -350,6 +350,14 @@ impl Mode for S3Mode {
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> u16 {
         let err = ctx.failure.clone().unwrap_or_else(|| match e.esource() {
+            // The client's framing is broken (a bad chunk size, a chunk longer than it said):
+            // its fault, answered as S3 answers a malformed request.
+            ErrorSource::Downstream if *e.etype() == ErrorType::new("InvalidChunk") => {
+                S3Error::new(
+                    S3ErrorCode::InvalidRequest,
+                    "The request body's chunked transfer encoding is malformed.",
+                )
+            }
             ErrorSource::Upstream => S3Error::new(
                 S3ErrorCode::SlowDown,
                 "The origin could not be reached; please retry.",
