@@ -431,3 +431,36 @@ def test_a_busy_owner_hands_fills_to_the_next_choice(minio, direct, tmp_path):
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def peer_auth(method, path, body=b"", secs=None):
+    import hashlib
+    import hmac
+    from fleet import SECRET
+    secs = int(time.time()) if secs is None else secs
+    nonce = os.urandom(16).hex()
+    msg = f"{secs}\n{nonce}\n{method}\n{path}\n{hashlib.sha256(body).hexdigest()}"
+    return f"{secs}:{nonce}:{hmac.new(SECRET.encode(), msg.encode(), hashlib.sha256).hexdigest()}"
+
+
+def test_a_captured_peer_request_cannot_be_replayed_or_given_another_body(fleet):
+    """Peer requests are signed over a nonce and the body: a capture replays for nothing, and a
+    signed call cannot carry another body."""
+    import urllib3
+    nodes, _, _ = fleet
+    http = urllib3.PoolManager(retries=False)
+    peer = f"http://127.0.0.1:{nodes[0].peer_port}"
+    path = f"/v1/head?bucket={BUCKET}&key=fleet/replay/none.parquet"
+    auth = peer_auth("GET", path)
+    first = http.request("GET", peer + path, headers={"x-floe-fleet-auth": auth})
+    assert first.status == 404, first.data  # authenticated: the key does not exist
+    again = http.request("GET", peer + path, headers={"x-floe-fleet-auth": auth})
+    assert again.status == 403, "a replayed capture was accepted"
+    call = "/v1/x/blocks/forget"
+    body = b'{"bucket":"%s","keys":["fleet/replay/a.parquet"]}' % BUCKET.encode()
+    signed = peer_auth("POST", call, body)
+    other = body.replace(b"a.parquet", b"b.parquet")
+    r = http.request("POST", peer + call, body=other, headers={"x-floe-fleet-auth": signed})
+    assert r.status == 403, "a signed call took another body"
+    r = http.request("POST", peer + call, body=body, headers={"x-floe-fleet-auth": peer_auth("POST", call, body)})
+    assert r.status == 204, r.data

@@ -86,6 +86,7 @@ impl PeerClient {
         body: Bytes,
         wait: Duration,
     ) -> Result<(HttpSession, HttpPeer, u16), PeerError> {
+        let hash = crate::server::hash_off_thread(body.clone()).await;
         let work = async {
             let addr = Self::resolve(&peer.addr).await?;
             // The certificate must name the host of the peer's address (an IP or a DNS name).
@@ -93,7 +94,7 @@ impl PeerClient {
             let hp = HttpPeer::new(addr, self.tls, host.trim_matches(['[', ']']).to_owned());
             let mut req =
                 RequestHeader::build(method, path.as_bytes(), None).map_err(unavailable)?;
-            req.insert_header(AUTH, sign(&self.secret, method, path))
+            req.insert_header(AUTH, sign(&self.secret, method, path, &hash))
                 .map_err(unavailable)?;
             if method != "GET" {
                 req.insert_header("content-length", body.len().to_string())

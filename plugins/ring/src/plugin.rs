@@ -120,6 +120,7 @@ impl Ring {
             api: Arc::new(PeerApi {
                 node: me.clone(),
                 secret: secret.clone(),
+                seen: Arc::default(),
                 servers: servers.clone(),
                 services: Arc::default(),
                 fills: Arc::default(),

@@ -43,6 +43,8 @@ pub struct PeerApi {
     pub node: Arc<str>,
     /// The fleet secret.
     pub secret: Arc<Vec<u8>>,
+    /// The nonces of requests accepted lately (a captured request is refused a second time).
+    pub seen: Arc<crate::wire::ReplayGuard>,
     /// Servers by bucket.
     pub servers: Servers,
     /// Mounted services by name (`/v1/x/<name>/...`).
@@ -128,6 +130,25 @@ fn fail(kind: &str, e: &PeerError) -> Response<ChannelBody> {
     answer(e.status(), Bytes::from(e.to_string()))
 }
 
+fn denied() -> Response<ChannelBody> {
+    metrics::with(|m| m.served.with_label_values(&["any", "denied"]).inc());
+    answer(403, Bytes::from_static(b"fleet authentication failed"))
+}
+
+/// Bodies above this are hashed on the blocking pool (a fragment can be megabytes).
+const INLINE_HASH_BYTES: usize = 256 << 10;
+
+/// The [`crate::wire::body_hash`] of `body`, off the async threads when it is large.
+pub(crate) async fn hash_off_thread(body: Bytes) -> String {
+    if body.len() <= INLINE_HASH_BYTES {
+        return crate::wire::body_hash(&body);
+    }
+    // A hashing task that died yields no hash, and the request then fails its check.
+    tokio::task::spawn_blocking(move || crate::wire::body_hash(&body))
+        .await
+        .unwrap_or_default()
+}
+
 fn query(q: &str) -> HashMap<String, String> {
     q.split('&')
         .filter_map(|p| {
@@ -151,18 +172,33 @@ impl PeerApi {
             .get(AUTH)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        let auth = auth.to_owned();
         let method = req.method().as_str().to_owned();
-        let allowed = method == "GET" || path.starts_with("/v1/x/");
-        if !allowed || !verify(&self.secret, &method, &path, auth) {
-            metrics::with(|m| m.served.with_label_values(&["any", "denied"]).inc());
-            return answer(403, Bytes::from_static(b"fleet authentication failed"));
+        let call = path.starts_with("/v1/x/");
+        if method != "GET" && !call {
+            return denied();
+        }
+        // The signature covers the body: a call's body is read (bounded) before it is checked.
+        let body = if call {
+            let limited = http_body_util::Limited::new(req.into_body(), PEER_CALL_MAX_BYTES);
+            match http_body_util::BodyExt::collect(limited).await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return fail("call", &PeerError::Refused(format!("body: {e}"))),
+            }
+        } else {
+            Bytes::new()
+        };
+        let hash = hash_off_thread(body.clone()).await;
+        if !verify(&self.secret, (&method, &path, &hash), &auth, &self.seen) {
+            return denied();
         }
         if let Some(rest) = path.strip_prefix("/v1/x/") {
-            return self.service_call(req, &method, rest).await;
+            return self.service_call(body, &method, rest).await;
         }
-        let q = query(req.uri().query().unwrap_or(""));
+        let uri = http::Uri::try_from(path.as_str()).unwrap_or_default();
+        let q = query(uri.query().unwrap_or(""));
         let get = |k: &str| q.get(k).map_or("", String::as_str).to_owned();
-        if req.uri().path() == "/v1/hot" {
+        if uri.path() == "/v1/hot" {
             return self.hot(&get("bucket"), get("limit").parse().unwrap_or(0));
         }
         let server = self
@@ -173,7 +209,7 @@ impl PeerApi {
         let (Some(server), Ok(key)) = (server, ObjectKey::parse(&get("key"))) else {
             return fail("any", &PeerError::NotFound);
         };
-        match req.uri().path() {
+        match uri.path() {
             "/v1/head" => match server
                 .head(&key, ETag::parse(&get("stale")).ok().as_ref())
                 .await
@@ -193,12 +229,7 @@ impl PeerApi {
     }
 
     /// A call to a mounted service: `rest` is `<service>/<path below it>`.
-    async fn service_call(
-        &self,
-        req: Request<Incoming>,
-        method: &str,
-        rest: &str,
-    ) -> Response<ChannelBody> {
+    async fn service_call(&self, body: Bytes, method: &str, rest: &str) -> Response<ChannelBody> {
         let (name, below) = rest.split_once('/').unwrap_or((rest, ""));
         let svc = self.services.read().ok().and_then(|s| s.get(name).cloned());
         let Some(svc) = svc else {
@@ -214,11 +245,6 @@ impl PeerApi {
             "POST" => "POST",
             "DELETE" => "DELETE",
             _ => return fail("call", &PeerError::Refused("method".into())),
-        };
-        let limited = http_body_util::Limited::new(req.into_body(), PEER_CALL_MAX_BYTES);
-        let body = match http_body_util::BodyExt::collect(limited).await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => return fail("call", &PeerError::Refused(format!("body: {e}"))),
         };
         let reply = svc
             .call(PeerCall {
