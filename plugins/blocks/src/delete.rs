@@ -103,4 +103,14 @@ mod tests {
         let lead = b"junk<Delete><Object><Key>a</Key></Object></Delete>";
         assert_eq!(parse_keys(lead), None);
     }
+
+    #[test]
+    fn keys_keep_their_spaces() {
+        let body =
+            b"<Delete><Object><Key> a b </Key></Object><Object><Key>\tt\n</Key></Object></Delete>";
+        assert_eq!(
+            parse_keys(body),
+            Some(vec![" a b ".to_owned(), "\tt\n".to_owned()])
+        );
+    }
 }

@@ -5,8 +5,9 @@
 //!
 //! The message is [`Forget`], JSON on the fleet's authenticated peer transport, mounted as the
 //! `blocks` service (`POST /v1/x/blocks/forget`). A member that does not answer within
-//! [`TELL_WAIT`] is told again in the background every [`RETRY_EVERY`] for up to
-//! [`RETRY_FOR`] (a node restarting meanwhile hears it as soon as its peer API is up).
+//! [`TELL_WAIT`] is told again in the background, first after [`RETRY_EVERY`] and then less
+//! often, for up to [`RETRY_FOR`] (a node restarting meanwhile hears it within
+//! [`RETRY_MAX_WAIT`] of its peer API coming up).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,8 +28,11 @@ const FORGET_PATH: &str = "/forget";
 /// How long a write waits for the members to confirm: a member slower than this (down, cut
 /// off) is retried in the background while the write is answered.
 pub const TELL_WAIT: Duration = Duration::from_millis(1000);
-/// Between retries to a member that did not confirm.
+/// The first wait before a retry to a member that did not confirm; it doubles up to
+/// [`RETRY_MAX_WAIT`] (a member down for long is not asked four times a second).
 pub const RETRY_EVERY: Duration = Duration::from_millis(250);
+/// The longest wait between retries.
+pub const RETRY_MAX_WAIT: Duration = Duration::from_secs(5);
 /// How long a member that does not confirm is retried: longer than gossip takes to drop a dead
 /// member (it is then no longer asked by anyone), and than a restart takes.
 pub const RETRY_FOR: Duration = Duration::from_secs(600);
@@ -168,8 +172,10 @@ fn retry_later(fleet: Arc<dyn Fleet>, peer: PeerRef, call: PeerCall) {
     }
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        let mut wait = RETRY_EVERY;
         while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(RETRY_EVERY).await;
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RETRY_MAX_WAIT);
             if tell_one(&fleet, &peer, call.clone()).await {
                 break;
             }
