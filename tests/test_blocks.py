@@ -56,7 +56,6 @@ def test_sixteen_cold_gets_make_one_origin_get(cached, direct):
     assert "miss" in labels or "partial" in labels
 
 
-
 def test_warm_read_is_a_hit_with_no_origin_get(cached, direct):
     data = os.urandom(5 * MiB + 123)
     direct.put_object(Bucket=BUCKET, Key="blocks/warm.parquet", Body=data)

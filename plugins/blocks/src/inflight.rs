@@ -72,11 +72,6 @@ impl<K: Hash + Eq + Clone, T: Clone> SingleFlight<K, T> {
         Claim::Mine(tx)
     }
 
-    /// Whether some work holds `key` now (a read that finds it so will wait on it).
-    pub fn is_claimed(&self, key: &K) -> bool {
-        self.shard(key).lock().is_ok_and(|s| s.contains_key(key))
-    }
-
     /// Ends the claim on `key` (after the result is stored and published).
     pub fn release(&self, key: &K) {
         if let Ok(mut s) = self.shard(key).lock() {

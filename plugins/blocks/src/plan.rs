@@ -147,9 +147,6 @@ impl BlockReader {
             }
             match fetch {
                 None => plan.cached += 1,
-                Some((a, z)) if self.cache.inflight.is_claimed(&key) => {
-                    plan.waiting_bytes += u64::from(z - a)
-                }
                 // As start_fill does: a fill running on into the next (uncached) block fetches
                 // this one to its end.
                 Some((a, _))

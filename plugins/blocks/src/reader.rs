@@ -36,9 +36,6 @@ pub struct Plan {
     pub cached: u64,
     /// Bytes the response will fetch from the origin.
     pub missing_bytes: u64,
-    /// Missing bytes of blocks another request is filling now: this one waits for them and
-    /// fetches none of them (its answer says `wait`, and counts no origin bytes for them).
-    pub waiting_bytes: u64,
     /// The first block with bytes to fetch.
     pub first_missing: Option<u64>,
 }

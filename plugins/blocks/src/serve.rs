@@ -175,8 +175,6 @@ impl BlockFilter {
         let label = match (head || size == 0, plan.missing_bytes, plan.cached) {
             (true, _, _) if known => "hit",
             (true, _, _) => "miss",
-            // Every missing byte is being filled by another request: this one waits for it.
-            (false, 0, _) if plan.waiting_bytes > 0 => "wait",
             (false, 0, _) => "hit",
             (false, _, 0) => "miss",
             _ => "partial",

@@ -56,10 +56,10 @@ impl Progress {
 }
 
 /// The members to pull from after the view went from `prev` to `next`: a member that began
-/// draining; and, while this node is in its warming window after it joined, every active
-/// member it had not met yet (gossip may show the fleet a member at a time: each is met once,
-/// whichever view brings it).
+/// draining; and, when this node has just met its fleet (no other active member before) and
+/// is still in its warming window, every other active member.
 pub fn givers(prev: &View, next: &View, me: &str, warming: bool) -> Vec<PeerRef> {
+    let others = |v: &View| v.active().filter(|m| &*m.peer.id != me).count();
     let mut out: Vec<PeerRef> = next
         .members
         .iter()
@@ -72,11 +72,10 @@ pub fn givers(prev: &View, next: &View, me: &str, warming: bool) -> Vec<PeerRef>
         })
         .map(|m| m.peer.clone())
         .collect();
-    if warming {
-        let met = |id: &Arc<str>| prev.active().any(|p| p.peer.id == *id);
+    if warming && others(prev) == 0 && others(next) > 0 {
         out.extend(
             next.active()
-                .filter(|m| &*m.peer.id != me && !met(&m.peer.id))
+                .filter(|m| &*m.peer.id != me)
                 .map(|m| m.peer.clone()),
         );
     }
@@ -168,14 +167,6 @@ mod tests {
             b(MemberState::Active),
         ]);
         assert_eq!(ids(givers(&alone, &both, "me", true)), ["a", "b"]);
-        // The fleet shown a member at a time: each is a giver when it is met.
-        let one = View::new(vec![me.clone(), a(MemberState::Active)]);
-        assert_eq!(ids(givers(&alone, &one, "me", true)), ["a"]);
-        assert_eq!(ids(givers(&one, &both, "me", true)), ["b"]);
-        assert!(
-            givers(&both, &both, "me", true).is_empty(),
-            "once per member"
-        );
         assert!(
             givers(&alone, &both, "me", false).is_empty(),
             "past the warming window"
