@@ -390,15 +390,16 @@ impl RequestFilter for BlockFilter {
     }
 
     fn logging(&self, ctx: &FilterCtx, status: u16) {
-        // A write may have raced a read that re-resolved the old version: drop again once the
-        // write is answered.
         if let Some(keys) = self.written_keys(ctx) {
-            let told = ctx.ext.get::<Told>().is_some() || ctx.answered_by.is_some();
-            // A 4xx (refused by a stage or by the origin) changed nothing at the origin.
-            if told || (400..500).contains(&status) {
-                keys.iter().for_each(|k| self.invalidate(k));
-            } else {
-                // No answer came from the origin (cut off, timed out): it may have committed.
+            // Told: the keys were dropped everywhere before the answer, and resolves that
+            // crossed those drops kept nothing; dropping again now, after the client has its
+            // answer, would only throw away what reads resolved since (the control plane's warm
+            // of a commit's files). A write another stage answered (write-back) never reached
+            // this stage's hooks: dropped now. A 4xx from the origin changed nothing. Otherwise
+            // no answer came from the origin (cut off, timed out) and it may have committed.
+            let told = ctx.ext.get::<Told>().is_some();
+            let refused = ctx.answered_by.is_none() && (400..500).contains(&status);
+            if !told && !refused {
                 let me = self.clone();
                 tokio::spawn(async move { me.forget_everywhere(keys).await });
             }

@@ -262,6 +262,14 @@ impl MappingTable {
         }
     }
 
+    /// Drops a key's mapping without fencing resolves under way (the version did not change:
+    /// the control plane reclassified the key, and a resolve may put its mapping back).
+    pub fn unmap(&self, key: &str) {
+        if let Ok(mut s) = self.shard(key).lock() {
+            s.pop(key);
+        }
+    }
+
     /// Drops a key's mapping; resolves of it under way will not put theirs back.
     pub fn drop_key(&self, key: &str) {
         if let Ok(mut s) = self.shard(key).lock() {

@@ -96,7 +96,9 @@ impl BlockFilter {
                 parquet: k.ends_with(".parquet"),
             };
             if p.put(Box::from(k.as_str()), class) != Some(class) {
-                self.map.drop_key(k);
+                // A new class, not a new version: no write fence (a warm under way keeps its
+                // mapping, as it did before writes were fenced).
+                self.map.unmap(k);
             }
             while p.len() > self.max_pins {
                 p.pop_lru();
