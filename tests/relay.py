@@ -19,6 +19,7 @@ class Relay:
         self.bind = bind
         self.lock = threading.Lock()
         self.bytes_to_origin = 0
+        self.bytes_from_origin = 0  # every byte the origin answered (headers included)
         self.requests = collections.Counter()  # request lines toward the origin, by method
         self.lines = []  # (method, target) of each request line toward the origin, in order
         self.traceparents = []  # the traceparent header of each request toward the origin that had one
@@ -70,6 +71,10 @@ class Relay:
     def sent(self):
         with self.lock:
             return self.bytes_to_origin
+
+    def received(self):
+        with self.lock:
+            return self.bytes_from_origin
 
     def count(self, method):
         with self.lock:
@@ -129,8 +134,10 @@ class Relay:
                             self.slow_seen += 1
                             if self.slow_seen % self.slow_every == 0:
                                 stall, self.slowed = self.slow_for, self.slowed + 1
-                elif budget is None and self.cut_after is not None:
-                    budget, self.cut_after = self.cut_after, None
+                else:
+                    self.bytes_from_origin += len(data)
+                    if budget is None and self.cut_after is not None:
+                        budget, self.cut_after = self.cut_after, None
             if to_origin and m and self._refused(m.group(1).decode(), m.group(2).decode()):
                 try:
                     src.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

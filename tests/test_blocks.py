@@ -40,6 +40,7 @@ def test_sixteen_cold_gets_make_one_origin_get(cached, direct):
     direct.put_object(Bucket=BUCKET, Key="blocks/cold.parquet", Body=data)
     before = cached.relay.count("GET")
     heads = cached.relay.count("HEAD")
+    received = cached.relay.received()
     barrier = threading.Barrier(16)
 
     def one(_):
@@ -52,8 +53,13 @@ def test_sixteen_cold_gets_make_one_origin_get(cached, direct):
     assert cached.relay.count("GET") - before == 1
     # The cold GET resolves the version itself (ETag and size from its answer): no HEAD.
     assert cached.relay.count("HEAD") - heads == 0
+    # Each response says where its bytes came from: the one whose GET fetched them, a miss
+    # counting every origin byte; the others waited on that fill (or found it cached).
     labels = sorted(r.headers["x-floe-cache"] for r in results)
-    assert "miss" in labels or "partial" in labels
+    assert labels.count("miss") == 1 and set(labels) <= {"miss", "wait", "hit"}, labels
+    claimed = [int(r.headers["x-floe-origin-bytes"]) for r in results]
+    assert sum(claimed) == 3000001 - 1000, (labels, claimed)
+    assert 0 <= cached.relay.received() - received - sum(claimed) < 4096  # headers only
 
 
 def test_warm_read_is_a_hit_with_no_origin_get(cached, direct):

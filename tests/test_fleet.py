@@ -42,6 +42,7 @@ def test_sixty_four_cold_requests_over_three_nodes_make_one_origin_get(fleet, di
     key = "fleet/stampede/00000-0-a.parquet"
     data = os.urandom(MiB + 321)
     direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+    received = relay.received()
     barrier = threading.Barrier(64)
 
     def one(i):
@@ -57,6 +58,11 @@ def test_sixty_four_cold_requests_over_three_nodes_make_one_origin_get(fleet, di
     assert served <= {"floe-0", "floe-1", "floe-2"}
     labels = {r.headers["x-floe-cache"] for r in results}
     assert labels & {"hit-peer", "fill-peer"}, labels
+    # Origin bytes are counted once, by the response whose fill fetched them (the others
+    # waited on a fill or were served by the owner): not 64 times.
+    claimed = sum(int(r.headers["x-floe-origin-bytes"]) for r in results)
+    assert claimed == len(data), ([r.headers["x-floe-cache"] for r in results], claimed)
+    assert 0 <= relay.received() - received - claimed < 16384  # headers (and HEADs) only
 
 
 def test_a_working_set_read_through_one_node_costs_the_others_no_origin_request(fleet, direct):

@@ -1,6 +1,7 @@
 //! The resolving GET's body: a cold GET resolves the version with its own answer, and that
 //! answer's body fills the blocks it covers while it is tapped for the response that sent it.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use floe_core::{ByteStream, OriginReader};
@@ -28,6 +29,8 @@ pub struct Adopted {
     pub(crate) last: u64,
     pub(crate) pending: Vec<Pending>,
     pub(crate) tap: Option<Tap>,
+    /// The origin bytes the fill got (the response that made the GET counts them).
+    pub(crate) tally: Arc<AtomicU64>,
 }
 
 /// Claims the blocks of object bytes `first..=last` and fills them from `body` (the answer to
@@ -85,10 +88,11 @@ pub(crate) fn adopt(
     let tap = run
         .first()
         .map(|it| Tap::new(trx, first, end, it.tx.subscribe()));
+    let tally = Arc::new(AtomicU64::new(0));
     if !run.is_empty() {
         tokio::spawn(fill(
             cache.clone(),
-            Source::origin(origin),
+            Source::origin(origin, tally.clone()),
             target,
             run,
             Some(body),
@@ -100,5 +104,6 @@ pub(crate) fn adopt(
         last,
         pending,
         tap,
+        tally,
     }
 }

@@ -3,7 +3,7 @@
 //! the run gets the body as it arrives (the tap), so its client is not kept waiting for whole
 //! pieces.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -52,11 +52,13 @@ pub(crate) struct Source {
     pub(crate) no_origin: bool,
     /// Told where the bytes came from, once the body began.
     pub(crate) report: Option<oneshot::Sender<Served>>,
+    /// Counts the bytes the origin sends (the reader that started the fill reports them).
+    pub(crate) tally: Option<Arc<AtomicU64>>,
 }
 
 impl Source {
-    /// The origin only.
-    pub(crate) fn origin(origin: &Arc<dyn OriginReader>) -> Self {
+    /// The origin only, its bytes counted in `tally`.
+    pub(crate) fn origin(origin: &Arc<dyn OriginReader>, tally: Arc<AtomicU64>) -> Self {
         Self {
             origin: origin.clone(),
             fleet: None,
@@ -64,6 +66,14 @@ impl Source {
             replica: true,
             no_origin: false,
             report: None,
+            tally: Some(tally),
+        }
+    }
+
+    /// Counts `n` bytes the origin sent.
+    fn count(&self, n: usize) {
+        if let Some(t) = &self.tally {
+            t.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -194,6 +204,9 @@ pub(crate) async fn fill(
             }
         };
         pos += chunk.len() as u64;
+        if !from_peer {
+            source.count(chunk.len());
+        }
         // The tap gets the chunk after the blocks it completes are published, so a response
         // never ends before the fill has stored (and counted) what it served.
         let whole = chunk.clone();
@@ -224,7 +237,11 @@ pub(crate) async fn fill(
         }
     }
     // Drain to the end so the connection goes back to the pool.
-    while let Ok(Some(_)) = body.next().await {}
+    while let Ok(Some(rest)) = body.next().await {
+        if !from_peer {
+            source.count(rest.len());
+        }
+    }
 }
 
 /// Merges a fetched piece into what the block held, stores it and hands it to the waiters.
@@ -285,6 +302,7 @@ pub(crate) async fn unshared(
     t: &Target,
     store: Store,
     (from, to): (u64, u64),
+    tally: &AtomicU64,
 ) -> Result<Bytes, FillError> {
     let mut body = t
         .read_origin(&**origin, (from, to - 1))
@@ -292,6 +310,7 @@ pub(crate) async fn unshared(
         .map_err(to_fill_error)?;
     let mut buf = bytes::BytesMut::with_capacity((to - from) as usize);
     while let Some(c) = body.next().await.map_err(to_fill_error)? {
+        tally.fetch_add(c.len() as u64, Ordering::Relaxed);
         buf.extend_from_slice(&c);
     }
     if buf.len() as u64 != to - from {

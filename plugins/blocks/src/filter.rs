@@ -173,7 +173,7 @@ impl BlockFilter {
             last,
             mut reader,
             label,
-            missing,
+            origin_bytes,
             node,
             head: held,
         } = opened;
@@ -197,14 +197,14 @@ impl BlockFilter {
             last - first + 1
         };
         // Counted while this response waits on the origin (released when serve returns).
-        let _miss = (missing > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
+        let _miss = (origin_bytes > 0).then(|| InFlight::enter(&self.cache.foreground_misses));
         ctx.cache = Some(label);
         let resp = response_header(
             &map,
             status,
             sums,
             (first, last, body_len),
-            (label, missing, node.as_deref()),
+            (label, origin_bytes, node.as_deref()),
             &overrides,
             ctx,
         )?;
@@ -227,7 +227,8 @@ impl BlockFilter {
             .write_response_body(None, true)
             .await
             .map_err(internal)?;
-        ctx.origin_bytes += missing;
+        // Every byte this response's fills got from the origin, those after the header too.
+        ctx.origin_bytes += reader.trail.origin_bytes();
         self.cache.access.record(Access {
             bucket: self.bucket_key.clone(),
             key: key.shared(),

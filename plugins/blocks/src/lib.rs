@@ -42,6 +42,7 @@ mod tap;
 mod target;
 #[cfg(test)]
 mod testbed;
+mod trail;
 mod version;
 
 pub use access::{Access, AccessLog};

@@ -20,6 +20,7 @@ use crate::inflight::{self, Claim, FillError, Slot};
 use crate::store::BlockKey;
 use crate::tap::{ServeError, Sink, Tap};
 pub use crate::target::Target;
+use crate::trail::Trail;
 
 /// Blocks a response looks up before it starts (to label it hit/miss/partial exactly); the
 /// entries are kept and served, so planning costs no extra lookups.
@@ -64,8 +65,11 @@ pub struct BlockReader {
     pub(crate) replica: bool,
     /// A hand-over: fetch only from this peer (what it holds), never the origin.
     pub(crate) only_from: Option<PeerRef>,
-    /// The first block with missing bytes, looked up before the response began (fleet only).
+    /// A block looked up or claimed before the response began: in a fleet, the first with
+    /// missing bytes; otherwise the first its header waits for, or claimed ahead of it.
     pub(crate) primed: Option<(u64, Result<Got, FillError>)>,
+    /// Where this reader's bytes came from (the header's label and origin bytes).
+    pub(crate) trail: Trail,
     /// Where the first fill this reader started got its bytes.
     pub(crate) served: Option<oneshot::Receiver<Served>>,
     /// Where this reader's fills end, exclusive: past `last` when the read starts a known
@@ -112,6 +116,7 @@ impl BlockReader {
             replica: true,
             only_from: None,
             primed: None,
+            trail: Trail::default(),
             served: None,
             fill_end: last.saturating_add(1),
             hinted: false,
@@ -256,16 +261,21 @@ impl BlockReader {
                         if let Some(bytes) = b.slice(lo, hi) {
                             return Ok(Got::Ready(bytes));
                         }
+                        self.trail.unwait(); // it did not bring this read's bytes
                     }
                     // Another read's fill died (its origin GET failed or was cut): this read
                     // claims the block and fetches it itself, once, rather than fail with it.
-                    Err(FillError::Failed(_)) if !failed_over => failed_over = true,
+                    Err(FillError::Failed(_)) if !failed_over => {
+                        failed_over = true;
+                        self.trail.unwait();
+                    }
                     Err(e) => return Err(e),
                 }
             }
             match self.cache.inflight.claim(&key) {
                 Claim::Theirs(rx) if waits < MAX_WAITS => {
                     waits += 1;
+                    self.trail.waiting();
                     wait = Some(rx);
                 }
                 // Other reads keep filling other bytes of this block: fetch ours unshared
@@ -274,7 +284,9 @@ impl BlockReader {
                     let (t, s) = (&self.target, store);
                     let start = index * self.bs();
                     let range = (start + u64::from(lo), start + u64::from(hi));
-                    let bytes = unshared(&self.cache, &self.origin, t, s, range).await?;
+                    self.trail.fetching(1, range.1 - range.0);
+                    let tally = self.trail.tally();
+                    let bytes = unshared(&self.cache, &self.origin, t, s, range, &tally).await?;
                     let len = self.need(index).0;
                     let piece = Span {
                         off: lo,
@@ -306,7 +318,7 @@ impl BlockReader {
 
     /// Claims the blocks after `index` whose fetches continue its own, spawns one ranged GET
     /// for the run and taps its body. Returns the in-block bytes fetched for `index`.
-    fn start_fill(
+    pub(crate) fn start_fill(
         &mut self,
         index: u64,
         key: BlockKey,
@@ -382,6 +394,7 @@ impl BlockReader {
             });
         }
         if let Some((index, rx)) = theirs {
+            self.trail.waiting();
             self.pending.push_back(Pending {
                 index,
                 rx,
@@ -406,9 +419,13 @@ impl BlockReader {
             (None, Some((_, o))) => vec![(o, false)],
             (None, None) => self.donors(index).into_iter().map(|d| (d, true)).collect(),
         };
+        let start = index * bs + first.map_or(0, |(from, _)| u64::from(from));
+        let to_origin = if asks.is_empty() { end - start } else { 0 };
+        self.trail.fetching(run.len(), to_origin);
         let source = Source {
             origin: self.origin.clone(),
             fleet: self.fleet.clone(),
+            tally: Some(self.trail.tally()),
             asks,
             replica: self.replica,
             no_origin: self.only_from.is_some(),
@@ -425,8 +442,15 @@ impl BlockReader {
         first
     }
 
-    /// Takes over the fill the resolving GET started, when it covers this response.
+    /// Takes over the fill the resolving GET started, when it covers this response (its
+    /// origin bytes are this response's either way: the GET was made for it).
     pub fn attach(&mut self, a: Adopted) {
+        self.trail.adopt(a.tally.clone());
+        let sent = match a.pending.is_empty() {
+            true => 0, // nothing claimed: the body was dropped unread
+            false => a.last - a.first + 1,
+        };
+        self.trail.fetching(a.pending.len(), sent);
         if a.first <= self.first && self.last <= a.last {
             self.pending.extend(a.pending);
             self.tap = a.tap;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::conditions::{Conditions, Verdict};
-use floe_core::fleet::PeerSource;
 use floe_core::{ETag, FilterCtx, ObjectKey, S3Error, S3ErrorCode};
 use pingora::proxy::Session;
 
@@ -39,10 +38,11 @@ pub(crate) struct Opened {
     pub(crate) first: u64,
     pub(crate) last: u64,
     pub(crate) reader: BlockReader,
-    /// `hit`, `miss` or `partial`.
+    /// `hit`, `miss`, `partial`, `wait` (another read's fill brings the first bytes),
+    /// `hit-peer` or `fill-peer` (see `trail.rs`).
     pub(crate) label: &'static str,
-    /// Bytes the reader will fetch from the origin.
-    pub(crate) missing: u64,
+    /// Origin bytes of the fills this response started before its header.
+    pub(crate) origin_bytes: u64,
     /// The node that served (fleet only): the owner for `hit-peer` and `fill-peer`, else
     /// this node.
     pub(crate) node: Option<Arc<str>>,
@@ -107,11 +107,7 @@ impl BlockFilter {
         }
     }
 
-    async fn open_once(
-        &self,
-        ctx: &FilterCtx,
-        ask: &Ask<'_>,
-    ) -> Result<Result<Option<Opened>, (ObjectKey, ETag)>, S3Error> {
+    async fn open_once(&self, ctx: &FilterCtx, ask: &Ask<'_>) -> Reopen {
         let Ask {
             range,
             head,
@@ -172,80 +168,89 @@ impl BlockFilter {
         } else {
             reader.plan().await
         };
-        let label = match (head || size == 0, plan.missing_bytes, plan.cached) {
-            (true, _, _) if known => "hit",
-            (true, _, _) => "miss",
-            (false, 0, _) => "hit",
-            (false, _, 0) => "miss",
-            _ => "partial",
-        };
         let mut opened = Opened {
             map,
             status,
             first,
             last,
             reader,
-            label,
-            missing: plan.missing_bytes,
+            label: if known { "hit" } else { "miss" },
+            origin_bytes: 0,
             node: self.fleet.as_ref().map(|f| f.node_id().clone()),
             head: Held::default(),
         };
-        if !head && size > 0 {
-            match opened.reader.prime(&plan).await {
-                Some(Err(FillError::Changed)) => {
-                    return Ok(Err((key.clone(), opened.map.etag.clone())))
-                }
-                Some(Ok(Served::Peer(source, node))) => {
-                    opened.label = match source {
-                        PeerSource::Hit => "hit-peer",
-                        PeerSource::Fill => "fill-peer",
-                    };
-                    // This node fetched nothing from the origin for the first run; a read
-                    // spanning owners may fetch later runs itself (not counted here).
-                    opened.missing = 0;
-                    opened.node = Some(node);
-                }
-                _ => {}
-            }
-            // Before the headers: an object whose name may be rewritten has its first block in
-            // hand (all of a response no longer than a block, which spans at most two), so a
-            // version that changed at the origin re-resolves (the caller retries) and other
-            // trouble is an error answer, never a body cut short after its headers. An
-            // immutable object's response begins once its first bytes are in.
-            let bs = self.cache.settings.block_bytes;
-            let (b0, b1) = blocks_of(first, last, bs);
-            let immutable = opened.map.class.immutable;
-            let upto = if last - first < bs && !immutable {
-                b1
-            } else {
-                b0
-            };
-            opened.head.next = b0;
-            for i in b0..=upto {
-                let held = match immutable {
-                    true => opened.reader.cut_through(i).await.map(|streams| !streams),
-                    false => Ok(true),
-                };
-                let served = match held {
-                    Ok(true) => opened.reader.serve(i, &mut opened.head).await,
-                    Ok(false) => break, // streams from block i after the header
-                    Err(e) => Err(e),
-                };
-                match served {
-                    Ok(()) => opened.head.next = i + 1,
-                    Err(ServeError::Fill(FillError::Changed)) => {
-                        self.map.mark_stale(key.as_str(), &opened.map.etag);
-                        return Ok(Err((key.clone(), opened.map.etag.clone())));
-                    }
-                    // An error answer, not the origin's: the bytes may be a staged write the
-                    // origin does not have yet, so passing could serve an older version.
-                    Err(e) => return Err(internal_serve(e)),
-                }
-            }
+        if head || size == 0 {
+            return Ok(Ok(Some(opened)));
         }
+        let mut peer = None;
+        match opened.reader.prime(&plan).await {
+            Some(Err(FillError::Changed)) => {
+                return Ok(Err((key.clone(), opened.map.etag.clone())))
+            }
+            Some(Ok(Served::Peer(source, node))) => {
+                peer = Some(source);
+                opened.node = Some(node);
+            }
+            _ => {}
+        }
+        if let Err(e) = self.hold_head(&mut opened, key).await {
+            return e;
+        }
+        // The header tells where the first bytes came from and what the fills started for
+        // them fetch from the origin (see `trail.rs`).
+        opened.label = opened.reader.trail.label(&plan, peer);
+        opened.origin_bytes = opened.reader.trail.claimed();
         Ok(Ok(Some(opened)))
     }
 }
+
+impl BlockFilter {
+    /// Before the headers: an object whose name may be rewritten has its first block in hand
+    /// (all of a response no longer than a block, which spans at most two), so a version that
+    /// changed at the origin re-resolves (the caller retries) and other trouble is an error
+    /// answer, never a body cut short after its headers. An immutable object's response
+    /// begins once its first bytes are in. Then the first block not held is claimed, so the
+    /// header can say where the bytes come from. `Err`: what `open_once` returns instead.
+    async fn hold_head(&self, opened: &mut Opened, key: &ObjectKey) -> Result<(), Reopen> {
+        let (first, last) = (opened.first, opened.last);
+        let bs = self.cache.settings.block_bytes;
+        let (b0, b1) = blocks_of(first, last, bs);
+        let immutable = opened.map.class.immutable;
+        let upto = if last - first < bs && !immutable {
+            b1
+        } else {
+            b0
+        };
+        opened.head.next = b0;
+        for i in b0..=upto {
+            let held = match immutable {
+                true => opened.reader.cut_through(i).await.map(|streams| !streams),
+                false => Ok(true),
+            };
+            let served = match held {
+                Ok(true) => opened.reader.serve(i, &mut opened.head).await,
+                Ok(false) => break, // streams from block i after the header
+                Err(e) => Err(e),
+            };
+            match served {
+                Ok(()) => opened.head.next = i + 1,
+                Err(ServeError::Fill(FillError::Changed)) => {
+                    self.map.mark_stale(key.as_str(), &opened.map.etag);
+                    return Err(Ok(Err((key.clone(), opened.map.etag.clone()))));
+                }
+                // An error answer, not the origin's: the bytes may be a staged write the
+                // origin does not have yet, so passing could serve an older version.
+                Err(e) => return Err(Err(internal_serve(e))),
+            }
+        }
+        opened.reader.claim_ahead(opened.head.next).await;
+        Ok(())
+    }
+}
+
+/// What `open_once` answers: an opened read, `Ok(None)` for the origin, or the key and the
+/// version to re-resolve past.
+type Reopen = Result<Result<Option<Opened>, (ObjectKey, ETag)>, S3Error>;
 
 impl Opened {
     /// A 304 for version `map`: headers only.
@@ -257,7 +262,7 @@ impl Opened {
             last: 0,
             reader,
             label,
-            missing: 0,
+            origin_bytes: 0,
             node: None,
             head: Held::default(),
         }

@@ -165,6 +165,7 @@ impl Bed {
                 bytes: Bytes::new(),
                 label: o.label,
                 etag: o.map.etag.as_str().to_owned(),
+                origin: (o.origin_bytes, 0),
             });
         }
         let k = ObjectKey::parse(key).unwrap();
@@ -182,6 +183,7 @@ impl Bed {
             bytes: std::mem::take(&mut sink.bytes).freeze(),
             label: o.label,
             etag: o.map.etag.as_str().to_owned(),
+            origin: (o.origin_bytes, o.reader.trail.origin_bytes()),
         })
     }
 
@@ -209,6 +211,9 @@ pub enum Read {
         bytes: Bytes,
         label: &'static str,
         etag: String,
+        /// Origin bytes: the header's `x-floe-origin-bytes`, and the exact count the
+        /// request's log line takes once the body is done.
+        origin: (u64, u64),
     },
     /// The cache stepped aside (the origin answers the client).
     Pass,
@@ -228,6 +233,14 @@ impl Read {
         match self {
             Read::Served { status, .. } => *status,
             Read::Pass => panic!("the cache passed the read to the origin"),
+        }
+    }
+
+    /// Origin bytes as the header tells them and as counted once the body was done.
+    pub fn origin(&self) -> (u64, u64) {
+        match self {
+            Read::Served { origin, .. } => *origin,
+            Read::Pass => (0, 0),
         }
     }
 
@@ -280,6 +293,8 @@ pub fn pattern(seed: u8, n: usize) -> Bytes {
 mod conditional;
 #[cfg(test)]
 mod fills;
+#[cfg(test)]
+mod labels;
 #[cfg(test)]
 mod races;
 #[cfg(test)]
