@@ -1,36 +1,8 @@
 //! `floe-proxy`: Floe's S3 data plane. Thin: it loads the config, starts embedded origins,
-//! and hands the route table to Pingora.
+//! and hands the route table to Pingora (the parts are the `floe_proxy` library).
 //!
 //! Usage: `floe-proxy --config conf/quickstart.yaml`, `floe-proxy check conf/x.yaml`, or
 //! `floe-proxy schema` (the config's JSON Schema, as in conf/floe-proxy.schema.json).
-
-mod admin;
-mod bucket_list;
-mod bucket_match;
-mod catalog;
-mod catalog_index;
-mod catalog_mode;
-mod chain;
-mod config;
-mod embedded;
-mod hedge;
-mod metrics;
-mod mode;
-mod origin;
-mod origin_reader;
-mod otel;
-mod probes;
-mod reload;
-mod respond;
-mod route_config;
-mod route_patterns;
-mod routes;
-mod runtime;
-mod s3;
-mod service;
-
-#[cfg(test)]
-mod runtime_tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -42,9 +14,10 @@ use pingora::server::Server;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
-use crate::origin::Origin;
-use crate::routes::RouteTable;
-use crate::runtime::{OriginPlace, Settings};
+use floe_proxy::origin::Origin;
+use floe_proxy::routes::RouteTable;
+use floe_proxy::runtime::{self, OriginPlace, Settings};
+use floe_proxy::{admin, catalog, chain, embedded, metrics, otel, probes, reload, schema, service};
 
 fn usage() -> anyhow::Error {
     anyhow::anyhow!(
@@ -81,13 +54,6 @@ fn main() -> anyhow::Result<()> {
     }
     init_logging();
     run(settings, path, upgrade)
-}
-
-/// The config file's JSON Schema (generated from the config types; editors validate with it).
-pub fn schema() -> String {
-    let mut s = schemars::schema_for!(config::FileConfig);
-    s.insert("title".into(), "floe-proxy config".into());
-    serde_json::to_string_pretty(&s).unwrap_or_default() + "\n"
 }
 
 #[allow(clippy::print_stdout)]
