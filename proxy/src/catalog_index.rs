@@ -91,7 +91,7 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
 
     /// How many keys are tracked.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.lock().map(|g| g.len).unwrap_or(0)
     }
 }

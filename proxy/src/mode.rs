@@ -56,6 +56,12 @@ pub struct Ctx {
     pub catalog: Option<CatalogReq>,
 }
 
+impl Default for Ctx {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Ctx {
     /// A context for a new request.
     pub fn new() -> Self {
