@@ -77,6 +77,8 @@ impl OriginBuckets {
             .get_http_session(&peer)
             .await
             .map_err(|e| e.to_string())?;
+        s.set_read_timeout(peer.options.read_timeout);
+        s.set_write_timeout(peer.options.write_timeout);
         s.write_request_header(Box::new(req))
             .await
             .map_err(|e| e.to_string())?;

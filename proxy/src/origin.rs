@@ -174,6 +174,9 @@ impl Origin {
         let mut peer = HttpPeer::new(self.connect.as_str(), self.tls, sni);
         peer.options.connection_timeout = Some(self.connect_timeout);
         peer.options.read_timeout = Some(self.read_timeout);
+        // A write the origin stops taking (a silent connection) fails as a read would, so an
+        // upload never hangs on it (write-back's propagation waits for its uploads).
+        peer.options.write_timeout = Some(self.read_timeout);
         peer.options.idle_timeout = Some(Duration::from_secs(60));
         peer
     }

@@ -106,6 +106,10 @@ impl PingoraOriginReader {
                 return Err(transport(&e));
             }
         };
+        // The connector leaves a session's timeouts unset (Pingora's proxy sets them per
+        // request): without them a silent origin holds a fill or an upload forever.
+        session.set_read_timeout(peer.options.read_timeout);
+        session.set_write_timeout(peer.options.write_timeout);
         session
             .write_request_header(Box::new(req))
             .await
