@@ -21,6 +21,7 @@ origins:
     endpoint: http://{origin_host}:{relay}
     credentials: {{from: env, access_key_env: K, secret_key_env: S}}
     connect_timeout_ms: 300
+{extra_origin}
 routes:
   - bucket: {bucket}
     origin: minio
@@ -53,7 +54,8 @@ class Node:
 
     def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1,
                  host="127.0.0.1", peer_host="127.0.0.1", origin_host="127.0.0.1", netns=None,
-                 extra_fleet="", extra_route="", extra_top="", filters="sigv4, blocks", extra_server=""):
+                 extra_fleet="", extra_route="", extra_top="", filters="sigv4, blocks", extra_server="",
+                 extra_origin=""):
         self.name = name
         self.host = host
         self.peer_port = peer_port
@@ -66,7 +68,7 @@ class Node:
             c1=CLIENT[0], s1=CLIENT[1], cache=d / "cache", token=ADMIN_TOKEN, node_id=name,
             peer=peer_port, seeds=", ".join(s if isinstance(s, str) else f"127.0.0.1:{s}" for s in seeds),
             grace=grace, host=host, peer_host=peer_host, origin_host=origin_host,
-            extra_fleet=extra_fleet, extra_route=extra_route, extra_server=extra_server, extra_top=extra_top.replace("{dir}", str(d)),
+            extra_fleet=extra_fleet, extra_route=extra_route, extra_server=extra_server, extra_origin=extra_origin, extra_top=extra_top.replace("{dir}", str(d)),
             filters=filters))
         env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, FLOE_FLEET_SECRET=secret)
         args = [str(FLOE_BIN), "--config", str(conf)]

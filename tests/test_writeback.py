@@ -336,17 +336,6 @@ def test_the_last_acknowledged_write_of_a_key_wins_across_coordinators(wb, direc
     assert not list(Path(tmp).glob("floe-*/wb/journal/*.json"))
 
 
-def test_a_delete_after_a_staged_write_is_never_undone_by_propagation(wb, direct):
-    nodes, relay, tmp = wb
-    relay.refuse = {"PUT"}
-    assert put(nodes[0], "wb/data/00010-d.parquet", b"x" * 5000)["x-floe-writeback"] == "staged"
-    s3_client(nodes[1].port).delete_object(Bucket=BUCKET, Key="wb/data/00010-d.parquet")
-    assert get(nodes[2].port, "wb/data/00010-d.parquet").status == 404
-    relay.refuse = set()
-    wait_until("the staged write freed everywhere", lambda: not list(Path(tmp).glob("floe-*/wb/journal/*.json")))
-    assert at_origin(direct, "wb/data/00010-d.parquet") is None
-
-
 def test_fewer_eligible_nodes_than_w_sends_the_put_straight_to_the_origin(minio, direct, tmp_path):
     relay = Relay(minio.port)
     nodes = start_fleet(tmp_path, relay.port, n=2, **WB)  # w = 3 > 2 nodes

@@ -277,7 +277,7 @@ impl BlockFilter {
     /// Drops `keys` here and on every other member; in a fleet, returns once every member
     /// confirmed (or [`crate::forget::TELL_WAIT`] passed), twice over (see
     /// [`crate::forget::tell_fleet`] for why one round is not enough).
-    async fn forget_everywhere(&self, keys: Vec<String>) {
+    pub(crate) async fn forget_everywhere(&self, keys: Vec<String>) {
         let Some(fleet) = &self.fleet else {
             keys.iter().for_each(|k| self.invalidate(k));
             return;

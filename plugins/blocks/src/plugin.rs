@@ -182,6 +182,7 @@ struct BlockVersions {
     routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
 }
 
+#[async_trait]
 impl Versions for BlockVersions {
     fn forget(&self, bucket: &str, key: &str) {
         forget_here(&self.cache, &self.routes, bucket, key);
@@ -193,6 +194,14 @@ impl Versions for BlockVersions {
                 keys: vec![key.to_owned()],
             };
             tokio::spawn(async move { tell_fleet(&fleet, &forget).await });
+        }
+    }
+
+    async fn forget_everywhere(&self, bucket: &str, key: &str) {
+        let route = self.routes.read().ok().and_then(|r| r.get(bucket).cloned());
+        match route {
+            Some(filter) => filter.forget_everywhere(vec![key.to_owned()]).await,
+            None => forget_here(&self.cache, &self.routes, bucket, key),
         }
     }
 }

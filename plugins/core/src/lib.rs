@@ -10,6 +10,7 @@
 //! assert!(err.to_xml("/warehouse", "0123").contains("<Code>AccessDenied</Code>"));
 //! ```
 
+pub mod checksum;
 pub mod conditions;
 pub mod config;
 mod error;

@@ -21,7 +21,16 @@
 /// Contract: after `forget(bucket, key)` returns, no read that starts later is served from a
 /// version resolved before the call; the next one resolves the key again. Cheap and
 /// non-blocking (called on write paths and from background workers).
+#[async_trait::async_trait]
 pub trait Versions: Send + Sync {
     /// Forgets the version `bucket`/`key` resolved to.
     fn forget(&self, bucket: &str, key: &str);
+
+    /// As [`Versions::forget`], and returns once every member of the fleet forgot it too (or
+    /// could not be told in time): for a write the origin took before its answer, so that no
+    /// read that starts after the answer, on any node, serves the version it replaced. By
+    /// default only this node's (a cache without a fleet).
+    async fn forget_everywhere(&self, bucket: &str, key: &str) {
+        self.forget(bucket, key);
+    }
 }

@@ -7,7 +7,7 @@ use floe_core::{BodyStage, S3Error, S3ErrorCode};
 use sha2::{Digest, Sha256};
 
 use crate::auth;
-use crate::checksum::Checksum;
+use floe_core::checksum::Checksum;
 
 /// Largest chunk Floe buffers to check its signature (SDKs send 8 KiB to 1 MiB chunks).
 pub const MAX_CHUNK_BYTES: usize = 16 << 20;

@@ -13,13 +13,12 @@
 
 pub mod auth;
 pub mod canonical;
-mod checksum;
 pub mod chunked;
 mod filter;
 pub mod plugin;
 mod verify;
 
-pub use checksum::Checksum;
 pub use filter::{SigV4Filter, PREREAD_LIMIT};
+pub use floe_core::checksum::Checksum;
 pub use plugin::FACTORY;
 pub use verify::{RequestParts, Verified, Verifier, MAX_SKEW_SECONDS};

@@ -21,8 +21,14 @@ use crate::metrics;
 use crate::node::Node;
 use crate::propagate::origin_of;
 use crate::propagate::{upload, Origins};
-use crate::session_body::{body_size, continue_body, header, internal, kept_headers, SessionBody};
+use crate::session_body::{
+    body_size, continue_body, expected_digests, header, internal, kept_headers, SessionBody,
+};
 use crate::stage::{Object, Outcome};
+
+/// How many staged writes of a key a DELETE or origin-bound write puts at the origin first
+/// (one unless writes of the key keep arriving while it waits).
+const FLUSH_ROUNDS: usize = 4;
 
 /// How a PUT went, for the answer's `x-floe-writeback` and the metrics.
 #[derive(Debug, Clone, Copy)]
@@ -53,10 +59,9 @@ impl WritebackFilter {
         let Some(opts) = self.opts else {
             return Ok(false);
         };
-        // A staged write of the key is overtaken by this one, whichever path it takes.
-        if let Some(r) = self.node.dirty(&self.bucket, key) {
-            self.node.supersede(&r).await;
-        }
+        // A staged write of the key is overtaken by this one only once this one is durable:
+        // a write that fails (refused, cut off mid-body) leaves the one before acknowledged.
+        let prior = self.node.dirty(&self.bucket, key);
         let size = body_size(session);
         let copy = header(session, "x-amz-copy-source").is_some();
         let plan = match size {
@@ -68,14 +73,20 @@ impl WritebackFilter {
         let plan = plan.filter(|_| ctx.body_stage.as_mut().is_none_or(|s| s.plain()));
         let Some(plan) = plan else {
             ctx.ext.insert(Mode("direct"));
+            // The origin takes this write itself: the staged one before it lands first.
+            if let Some(r) = prior {
+                self.flush(&r).await?;
+            }
             return Ok(false);
         };
+        let expected = expected_digests(session)?;
         let preread = continue_body(session, ctx).await?;
         let headers = kept_headers(session);
         let obj = Object {
             bucket: &self.bucket,
             key,
             headers,
+            expected,
         };
         let started = std::time::Instant::now();
         let outcome = {
@@ -88,11 +99,24 @@ impl WritebackFilter {
             Outcome::Staged(acked) => (acked.record.etag, "staged"),
             Outcome::NeedsSync(r) => {
                 let synced = Started::now();
+                if let Some(p) = &prior {
+                    if let Err(e) = self.flush(p).await {
+                        self.node.free(&r).await;
+                        return Err(e);
+                    }
+                }
                 let etag = self.sync(*r).await?;
+                // At the origin now: no node may answer the version it replaced after this.
+                self.node.forget_everywhere(&self.bucket, key).await;
                 floe_core::spans::record(&mut ctx.phases, || Phase::new("writeback.sync", synced));
                 (etag, "sync")
             }
         };
+        // Durable now (staged, or at the origin): the write before it is freed everywhere
+        // before the answer, so no node propagates it after this one.
+        if let Some(r) = prior {
+            self.node.free(&r).await;
+        }
         metrics::put(mode, started.elapsed());
         ctx.ext.insert(Mode(mode));
         let mut resp = ResponseHeader::build(200, Some(4)).map_err(internal)?;
@@ -108,6 +132,31 @@ impl WritebackFilter {
             .await
             .map_err(internal)?;
         Ok(true)
+    }
+
+    /// Puts staged write `r` at the origin now, because a later write or delete of its key is
+    /// about to go to the origin itself: the older one must land first (or stay acknowledged
+    /// and staged when it cannot: then the later request is refused, 503, and changes
+    /// nothing).
+    pub(crate) async fn flush(&self, r: &Arc<Record>) -> Result<(), S3Error> {
+        let origin = origin_of(&self.origins, &self.bucket);
+        let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
+        // After an upload of it under way here (the propagator's) ends; if that one put it at
+        // the origin, or a newer write took it over, there is nothing to flush.
+        let _held = self.node.uploading.lock(&r.bucket, &r.key).await;
+        if !self.node.current(r) {
+            return Ok(());
+        }
+        let uploaded = upload(&self.node, &*origin, r).await;
+        if uploaded.is_ok() || crate::propagate::at_origin(&*origin, r).await {
+            self.node.free_propagated(r).await;
+            return Ok(());
+        }
+        let e = uploaded.err().map(|e| e.to_string()).unwrap_or_default();
+        Err(S3Error::new(
+            S3ErrorCode::SlowDown,
+            format!("an earlier acknowledged write of this key is not at the origin yet: {e}"),
+        ))
     }
 
     /// Writes `r` to the origin from its fragments, then frees them; the ETag to answer.
@@ -369,9 +418,17 @@ impl RequestFilter for WritebackFilter {
                     _ => self.list_parts(session, ctx, &key, &id).await,
                 }
             }
+            // A delete or a write the origin takes itself: the staged write of the key lands
+            // first, so whatever the origin answers, nothing acknowledged is lost or undone
+            // (a failed delete leaves the staged write at the origin, as acknowledged).
             S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
-                if let Some(r) = self.node.dirty(&self.bucket, &key) {
-                    self.node.supersede(&r).await;
+                // A newer write staged meanwhile lands too (a few rounds: a key written
+                // without pause overlaps this request anyway).
+                for _ in 0..FLUSH_ROUNDS {
+                    let Some(r) = self.node.dirty(&self.bucket, &key) else {
+                        break;
+                    };
+                    self.flush(&r).await?;
                 }
                 Ok(false)
             }

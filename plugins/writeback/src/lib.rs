@@ -5,6 +5,7 @@
 pub mod catch_up;
 pub mod codec;
 pub mod config;
+pub mod digests;
 pub mod durable;
 pub mod etag;
 pub mod filter;
@@ -33,3 +34,4 @@ pub mod room;
 pub mod sweep;
 pub mod upload;
 pub mod upload_files;
+pub mod uploading;

@@ -42,6 +42,8 @@ pub struct Node {
     /// The block cache's versions, when the node has one: a key's staged write and its
     /// propagation change the version it reads as (see [`floe_core::versions`]).
     pub versions: std::sync::OnceLock<Arc<dyn Versions>>,
+    /// One upload of a write at a time (see [`crate::uploading`]).
+    pub uploading: crate::uploading::Uploading,
 }
 
 impl Node {
@@ -61,6 +63,7 @@ impl Node {
             uploads,
             replayed: std::sync::Mutex::default(),
             versions: std::sync::OnceLock::new(),
+            uploading: crate::uploading::Uploading::default(),
         }
     }
 
@@ -210,6 +213,20 @@ impl Node {
         }
         let d = self.dirty.read().ok()?;
         d.get(bucket)?.get(key).cloned()
+    }
+
+    /// Makes every node's block cache forget what `bucket`/`key` resolved to, and returns once
+    /// told: a write this stage put at the origin before its answer (`sync`) replaced it.
+    pub async fn forget_everywhere(&self, bucket: &str, key: &str) {
+        if let Some(v) = self.versions.get() {
+            v.forget_everywhere(bucket, key).await;
+        }
+    }
+
+    /// Whether `r` is still its key's staged write (not propagated, deleted or overtaken).
+    pub fn current(&self, r: &Record) -> bool {
+        self.dirty(&r.bucket, &r.key)
+            .is_some_and(|cur| cur.id == r.id)
     }
 
     /// Drops emptied buckets and publishes the count.

@@ -166,13 +166,20 @@ impl Propagator {
             }
             let node = self.node.clone();
             running.spawn(async move {
+                // Under the write's upload lock, and only while it is still the key's staged
+                // write: a request that put it at the origin first (and maybe deleted or
+                // overwrote it there since) must not see it land again.
+                let _held = node.uploading.lock(&r.bucket, &r.key).await;
+                if !node.current(&r) {
+                    return (r, None, false);
+                }
                 let started = floe_core::spans::Started::now();
                 let uploaded = upload(&node, &*origin, &r).await;
                 crate::metrics::background("propagate", started, r.id);
                 // A failure for a write the origin already holds: another node propagated it
                 // (this one was away when it was freed).
                 let there = uploaded.is_err() && at_origin(&*origin, &r).await;
-                (r, uploaded, there)
+                (r, Some(uploaded), there)
             });
         }
         while let Some(done) = running.join_next().await {
@@ -186,10 +193,15 @@ impl Propagator {
     /// Frees a propagated write, or schedules a failed one's retry.
     async fn settle(
         &self,
-        (r, uploaded, there): (Arc<Record>, Result<(), OriginError>, bool),
+        (r, uploaded, there): (Arc<Record>, Option<Result<(), OriginError>>, bool),
         due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>,
         wait: &mut Duration,
     ) {
+        // Not uploaded: no longer the key's staged write (whoever took it over frees it).
+        let Some(uploaded) = uploaded else {
+            due.remove(&r.id);
+            return;
+        };
         match uploaded {
             Ok(()) => {
                 self.counts.propagated.fetch_add(1, Ordering::Relaxed);

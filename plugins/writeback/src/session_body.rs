@@ -123,6 +123,14 @@ pub(crate) fn kept_headers(session: &Session) -> Vec<(String, String)> {
     headers
 }
 
+/// The integrity headers (`Content-MD5`, `x-amz-checksum-*`) the body must match.
+pub(crate) fn expected_digests(session: &Session) -> Result<crate::digests::Expected, S3Error> {
+    let headers = session.req_header().headers.iter();
+    crate::digests::Expected::from_headers(
+        headers.filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?))),
+    )
+}
+
 pub(crate) fn header<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
     session
         .req_header()

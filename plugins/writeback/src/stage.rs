@@ -58,6 +58,8 @@ pub struct Object<'a> {
     pub key: &'a str,
     /// Headers kept with the object.
     pub headers: Vec<(String, String)>,
+    /// What the client said the body hashes to: checked before any ack.
+    pub expected: crate::digests::Expected,
 }
 
 fn internal(why: impl std::fmt::Display) -> S3Error {
@@ -175,7 +177,10 @@ impl Node {
             let peer = peer.clone();
             tasks.spawn(async move { me.send_fragment(id, i as u8, geo, peer, rx).await });
         }
-        let etag = match self.encode(id, geo, body, &mut senders).await {
+        let etag = match self
+            .encode(id, geo, body, &mut senders, &obj.expected)
+            .await
+        {
             Ok(e) => e,
             Err(e) => {
                 drop(senders);
@@ -232,9 +237,10 @@ impl Node {
         geo: Geometry,
         body: &mut dyn BodySource,
         senders: &mut [Option<mpsc::Sender<Bytes>>],
+        expected: &crate::digests::Expected,
     ) -> Result<String, S3Error> {
         let stripe = geo.stripe_bytes as usize;
-        let mut etag = crate::etag::Etag::start();
+        let mut etag = crate::etag::Etag::start(expected.checksum());
         let mut buf = BytesMut::with_capacity(stripe.min(geo.size as usize));
         let mut enc = Some(Encoder::new(geo));
         let (mut j, mut total) = (0u64, 0u64);
@@ -286,7 +292,11 @@ impl Node {
                 format!("{total} of {} bytes received", geo.size),
             ));
         }
-        etag.finish().await.map_err(internal)
+        // Checked before any fragment commits: a body that is not what its client hashed is
+        // never acknowledged (BadDigest), its fragments are abandoned.
+        let hashed = etag.finish().await.map_err(internal)?;
+        expected.verify(&hashed.etag, hashed.checksum.as_deref())?;
+        Ok(hashed.etag)
     }
 
     /// Streams fragment `index` to `peer`: the pieces on `rx`, then a commit. `None` when any

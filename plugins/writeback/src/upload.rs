@@ -143,11 +143,13 @@ impl WritebackFilter {
                 "This body encoding cannot be staged.",
             ));
         }
+        let expected = crate::session_body::expected_digests(session)?;
         let preread = continue_body(session, ctx).await?;
         let obj = Object {
             bucket: &self.bucket,
             key,
             headers: Vec::new(),
+            expected,
         };
         let record = {
             let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
@@ -188,14 +190,15 @@ impl WritebackFilter {
         let chosen = parse_complete(&String::from_utf8_lossy(&doc))?;
         let up = self.node.upload_view(id, key).await?;
         let parts = chosen_parts(&up, &chosen)?;
-        if let Some(r) = self.node.dirty(&self.bucket, key) {
-            self.node.supersede(&r).await;
-        }
+        // Overtaken only once this write is durable (see `put`).
+        let prior = self.node.dirty(&self.bucket, key);
         let total: u64 = parts.iter().map(|p| p.geometry.size).sum();
         let obj = Object {
             bucket: &self.bucket,
             key,
             headers: up.headers.clone(),
+            // Each part was checked against its own digests when it was staged.
+            expected: crate::digests::Expected::default(),
         };
         let mut body = PartsBody::new(self.node.clone(), parts);
         let started = std::time::Instant::now();
@@ -206,13 +209,31 @@ impl WritebackFilter {
                 .await?
             {
                 Outcome::Staged(acked) => (acked.record.etag, "staged"),
-                Outcome::NeedsSync(r) => (self.sync(*r).await?, "sync"),
+                Outcome::NeedsSync(r) => {
+                    if let Some(p) = &prior {
+                        if let Err(e) = self.flush(p).await {
+                            self.node.free(&r).await;
+                            return Err(e);
+                        }
+                    }
+                    (self.sync(*r).await?, "sync")
+                }
             },
-            None => (
-                self.parts_to_origin(key, total, &up.headers, body).await?,
-                "sync",
-            ),
+            None => {
+                if let Some(p) = &prior {
+                    self.flush(p).await?;
+                }
+                let etag = self.parts_to_origin(key, total, &up.headers, body).await?;
+                (etag, "sync")
+            }
         };
+        if let Some(p) = prior {
+            self.node.free(&p).await;
+        }
+        if mode == "sync" {
+            // At the origin now: no node may answer the version it replaced after this.
+            self.node.forget_everywhere(&self.bucket, key).await;
+        }
         crate::metrics::put(mode, started.elapsed());
         self.node.forget_upload(id).await;
         for p in up.parts.values() {

@@ -1,4 +1,5 @@
-//! Running checksums for the trailing x-amz-checksum-* headers of aws-chunked bodies.
+//! Running checksums of the algorithms S3 names in `x-amz-checksum-*` headers and trailers:
+//! the aws-chunked decoder checks a trailer's, write-back a staged PUT's header before its ack.
 
 use base64::Engine;
 use sha2::Digest;

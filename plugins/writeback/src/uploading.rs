@@ -1,0 +1,60 @@
+//! One upload of a key at a time on a node. The propagator and a request that must put an
+//! earlier write at the origin before its own (`WritebackFilter::flush`) both upload under
+//! the key's lock and look again, once they hold it, whether the write is still the key's
+//! staged one: an upload that lost that race would otherwise land after the request it had to
+//! precede (a DELETE, a newer write) and bring the old bytes back. A newer write's upload
+//! waits for an older one's still under way, so the origin ends with the newer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OwnedMutexGuard;
+
+/// A key's lock: its bucket and key.
+type KeyOf = (String, String);
+
+/// The upload locks of the keys being uploaded (or waited for) on this node.
+#[derive(Default)]
+pub struct Uploading {
+    locks: Mutex<HashMap<KeyOf, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Uploading {
+    /// Waits until no other upload of `bucket`/`key` runs on this node; held until the guard
+    /// drops. Locks nobody holds or waits for are dropped here (uploads are few: the map stays
+    /// as small as the uploads under way). None only if the map's lock was poisoned.
+    pub async fn lock(&self, bucket: &str, key: &str) -> Option<OwnedMutexGuard<()>> {
+        let lock = {
+            let mut locks = self.locks.lock().ok()?;
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+            let entry = locks.entry((bucket.to_owned(), key.to_owned()));
+            entry.or_default().clone()
+        };
+        Some(lock.lock_owned().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    // A zero timeout polls the lock once: it answers whether the lock is free right now.
+
+    #[tokio::test]
+    async fn a_second_upload_of_one_key_waits_for_the_first_and_other_keys_do_not() {
+        let uploading = Uploading::default();
+        let first = uploading.lock("b", "k").await;
+        assert!(first.is_some());
+        let other = tokio::time::timeout(Duration::ZERO, uploading.lock("b", "other"));
+        assert!(other.await.is_ok(), "another key's upload must not wait");
+        let same = tokio::time::timeout(Duration::ZERO, uploading.lock("b", "k"));
+        assert!(
+            same.await.is_err(),
+            "the same key's second upload must wait"
+        );
+        drop(first);
+        let after = tokio::time::timeout(Duration::ZERO, uploading.lock("b", "k"));
+        assert!(after.await.is_ok());
+    }
+}
