@@ -14,6 +14,8 @@ import signal
 import zlib
 from xml.etree import ElementTree
 
+import pytest
+
 from conftest import BUCKET, s3_client
 from fleet import wait_until
 from test_sigv4 import send, send_slowly, sign
@@ -78,6 +80,27 @@ def test_an_overwrite_whose_client_dies_mid_body_leaves_the_staged_write_acknowl
     req = sign("PUT", url(nodes[1], key), headers={"Content-Length": str(len(body))}, payload="UNSIGNED-PAYLOAD")
     assert send_slowly(req, body, cuts=[100_000, 200_000, 300_000], pause=0.1, stop_at=250_000) is None
     v1_survives(nodes, relay, direct, key, v1)
+
+
+def test_a_multi_object_delete_never_lets_a_staged_write_come_back(wb, direct):
+    nodes, relay, _ = wb
+    key = "wb/dur/00007-multi.parquet"
+    _, v1 = staged_over_v0(nodes, relay, direct, key)
+    relay.refuse = {"PUT"}  # the origin would take the delete, not the staged write
+    client = s3_client(nodes[1].port)
+    with pytest.raises(client.exceptions.ClientError) as refused:
+        client.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": key}]})
+    assert refused.value.response["Error"]["Code"] == "SlowDown"
+    assert at_origin(direct, key) is not None  # the delete did not reach the origin
+    for nd in nodes:
+        assert get(nd.port, key).data == v1, nd.name
+    relay.refuse = set()
+    client.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": key}]})
+    wait_until("nothing left staged", lambda: all(
+        nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes))
+    assert at_origin(direct, key) is None
+    for nd in nodes:
+        assert get(nd.port, key).status == 404, nd.name
 
 
 def test_a_successful_delete_of_a_staged_write_deletes_it_for_good(wb, direct):

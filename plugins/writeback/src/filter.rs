@@ -377,11 +377,15 @@ impl RequestFilter for WritebackFilter {
             .key
             .as_ref()
             .map_or(String::new(), |k| k.as_str().to_owned());
-        let listing = matches!(
+        // Requests about the route rather than one key (lists, multi-object deletes).
+        let route_wide = matches!(
             ctx.op,
-            S3Op::ListObjects | S3Op::ListObjectsV2 | S3Op::ListMultipartUploads
+            S3Op::ListObjects
+                | S3Op::ListObjectsV2
+                | S3Op::ListMultipartUploads
+                | S3Op::DeleteObjects
         );
-        if key.is_empty() && !listing {
+        if key.is_empty() && !route_wide {
             return Ok(false);
         }
         match ctx.op {
@@ -428,6 +432,15 @@ impl RequestFilter for WritebackFilter {
                     let Some(r) = self.node.dirty(&self.bucket, &key) else {
                         break;
                     };
+                    self.flush(&r).await?;
+                }
+                Ok(false)
+            }
+            // The keys are in the body, which the origin reads as it streams: every staged
+            // write of the route lands first, so none propagates over a key it deleted.
+            S3Op::DeleteObjects => {
+                let staged = self.node.all_dirty().into_iter();
+                for r in staged.filter(|r| r.bucket == self.bucket) {
                     self.flush(&r).await?;
                 }
                 Ok(false)
