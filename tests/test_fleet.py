@@ -267,6 +267,10 @@ def test_a_joining_node_takes_its_share_warm_from_the_previous_owners(fleet, dir
         assert relay.count("GET") - gets == 0, relay.lines[nlines:]
         pulled = joiner.metric('floe_peer_asks_total{kind="blocks",result="ok"}')
         assert pulled > 0
+        # Gossip may show the joiner its fleet a member at a time: it takes warmth from every
+        # member it met in its warming window, not only those of its first view.
+        wait_until("the joiner to pull from every member", lambda: {nd.name for nd in active} <= set(
+            joiner.admin("GET", "/fleet")["handover"]["givers"]))
     finally:
         joiner.stop()
 

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use crate::client::PeerClient;
 use crate::metrics;
 use crate::server::{Servers, HOT_LIST_MAX};
-use crate::view::{MemberState, View};
+use crate::view::{Member, MemberState, View};
 
 /// What the hand-over worker has done (shown by `GET /fleet`).
 #[derive(Debug, Default)]
@@ -56,10 +56,11 @@ impl Progress {
 }
 
 /// The members to pull from after the view went from `prev` to `next`: a member that began
-/// draining; and, when this node has just met its fleet (no other active member before) and
-/// is still in its warming window, every other active member.
+/// draining; and, while this node is in its warming window, every active member it meets
+/// that started before it (gossip may show a joiner its fleet a member at a time: each is a
+/// giver in the view that brings it, not only those of the first view). A member that
+/// started after this node joined later still and has nothing warm to give.
 pub fn givers(prev: &View, next: &View, me: &str, warming: bool) -> Vec<PeerRef> {
-    let others = |v: &View| v.active().filter(|m| &*m.peer.id != me).count();
     let mut out: Vec<PeerRef> = next
         .members
         .iter()
@@ -72,10 +73,13 @@ pub fn givers(prev: &View, next: &View, me: &str, warming: bool) -> Vec<PeerRef>
         })
         .map(|m| m.peer.clone())
         .collect();
-    if warming && others(prev) == 0 && others(next) > 0 {
+    if warming {
+        let mine = next.members.iter().find(|m| &*m.peer.id == me);
+        let my_generation = mine.map_or(u64::MAX, |m| m.generation);
+        let met = |m: &Member| prev.active().any(|p| p.peer.id == m.peer.id);
         out.extend(
             next.active()
-                .filter(|m| &*m.peer.id != me)
+                .filter(|m| &*m.peer.id != me && !met(m) && m.generation <= my_generation)
                 .map(|m| m.peer.clone()),
         );
     }
@@ -167,6 +171,22 @@ mod tests {
             b(MemberState::Active),
         ]);
         assert_eq!(ids(givers(&alone, &both, "me", true)), ["a", "b"]);
+        // The fleet shown a member at a time: each is a giver in the view that brings it.
+        let one = View::new(vec![me.clone(), a(MemberState::Active)]);
+        assert_eq!(ids(givers(&alone, &one, "me", true)), ["a"]);
+        assert_eq!(ids(givers(&one, &both, "me", true)), ["b"]);
+        assert!(
+            givers(&both, &both, "me", true).is_empty(),
+            "once per member met"
+        );
+        // A member that started after this node has nothing warm for it.
+        let mut late = b(MemberState::Active);
+        late.generation = 5;
+        let mut me_then = me.clone();
+        me_then.generation = 4;
+        let with_late = View::new(vec![me_then.clone(), a(MemberState::Active), late]);
+        let before = View::new(vec![me_then, a(MemberState::Active)]);
+        assert!(givers(&before, &with_late, "me", true).is_empty());
         assert!(
             givers(&alone, &both, "me", false).is_empty(),
             "past the warming window"
