@@ -11,17 +11,18 @@ import base64
 import hashlib
 import os
 import signal
+import urllib.error
+import urllib.request
 import zlib
 from xml.etree import ElementTree
 
 import pytest
 
 from conftest import BUCKET, s3_client
-from fleet import wait_until
-from test_sigv4 import send, send_slowly, sign
-from test_blocks import get
+from fleet import Node, start_fleet, wait_until
 from relay import Relay
-from fleet import start_fleet
+from test_blocks import get
+from test_sigv4 import send, send_slowly, sign
 from test_writeback import WB, at_origin, put, wait_all_at_origin, wb  # noqa: F401  (the fixture)
 
 WRITES = {"PUT", "POST", "DELETE"}
@@ -204,6 +205,44 @@ def test_a_silent_origin_fails_uploads_in_time_and_propagation_resumes_once_it_a
             nd.admin("GET", "/writeback")["propagation_failures"] >= 2 for nd in nodes), timeout=20)
         relay.slow(None, 0, 0)
         wait_all_at_origin(direct, acked, set(), timeout=30)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
+
+
+def readyz(node):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.mport}/readyz", timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_a_node_back_from_away_answers_only_once_it_caught_up(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    nodes = start_fleet(tmp_path, relay.port, n=4, **WB)  # k=2 m=1 w=3: one node may be away
+    try:
+        key = "wb/dur/00008-away.parquet"
+        v0, v1 = os.urandom(60_000), os.urandom(70_000)
+        direct.put_object(Bucket=BUCKET, Key=key, Body=v0)
+        cached_everywhere(nodes, key, v0)
+        away = nodes[3]
+        away.kill()
+        wait_until("the fleet to see the node gone",
+                   lambda: nodes[0].view().get(away.name) in (None, "dead", "left"))
+        relay.refuse = set(WRITES)  # v1 stays staged
+        assert put(nodes[0], key, v1)["x-floe-writeback"] == "staged"
+        seeds = [nd.peer_port for nd in nodes[:3]]
+        nodes[3] = Node(tmp_path, away.name, relay.port, away.peer_port, seeds, **WB)
+        # From its first answer on it never serves the replaced version (its cache still
+        # holds v0), and it is ready only once it would answer v1.
+        first = get(nodes[3].port, key)
+        assert first.data == v1, f"{first.status} {first.headers.get('x-floe-cache')}: the replaced version"
+        assert readyz(nodes[3]) == 200
+        relay.refuse = set()
+        wait_until("v1 at the origin", lambda: at_origin(direct, key) == v1, timeout=30)
+        assert all(get(nd.port, key).data == v1 for nd in nodes)
     finally:
         for nd in nodes:
             nd.stop()

@@ -127,6 +127,14 @@ impl Plugins {
             .collect()
     }
 
+    /// The first plugin's reason the node is not ready yet, if any.
+    pub fn not_ready(&self) -> Option<String> {
+        self.order
+            .iter()
+            .filter_map(|n| self.by_name.get(n))
+            .find_map(|p| p.not_ready())
+    }
+
     /// Every plugin's background services.
     pub fn background(&self) -> Vec<Box<dyn ServiceWithDependents>> {
         self.order

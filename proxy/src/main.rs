@@ -182,6 +182,8 @@ fn run(mut settings: Settings, path: PathBuf, upgrade: bool) -> anyhow::Result<(
     for service in plugins.background() {
         server.add_boxed_service(service);
     }
+    let gate = plugins.clone();
+    probes::gate(Box::new(move || gate.not_ready()));
     if let Some(addr) = &s.metrics_address {
         let mut m = Service::new("floe-metrics".to_owned(), metrics::MetricsApp);
         m.add_tcp(addr);

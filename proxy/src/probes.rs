@@ -2,7 +2,8 @@
 //!
 //! - `GET /healthz`: 200 while the process serves (liveness);
 //! - `GET /readyz`: 200 while it takes new requests, 503 once it is leaving (readiness: the
-//!   Service stops sending it clients, its transfers in flight go on);
+//!   Service stops sending it clients, its transfers in flight go on) or while a plugin says
+//!   it is not ready yet (write-back catching up on the writes acknowledged while it was away);
 //! - `GET /drainz?seconds=N` with the header `X-Floe-Drain: yes`: the pod's `preStop` hook.
 //!   Marks the node leaving at once, then answers after N seconds (default 5, at most 120),
 //!   the time endpoints take to drop it everywhere, before the kubelet's SIGTERM starts the
@@ -23,6 +24,18 @@ static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 /// The header a drain must carry (Kubernetes' `httpGet` hooks can send headers).
 pub const DRAIN_HEADER: &str = "x-floe-drain";
 
+/// What else keeps the node from being ready (its plugins: write-back catching up), set once
+/// at start-up.
+static GATE: std::sync::OnceLock<Gate> = std::sync::OnceLock::new();
+
+/// A reason the node is not ready, or `None`.
+pub type Gate = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Makes `/readyz` answer 503 while `gate` gives a reason (first call wins).
+pub fn gate(gate: Gate) {
+    let _ = GATE.set(gate);
+}
+
 /// Longest `/drainz` wait.
 const MAX_DRAIN: Duration = Duration::from_secs(120);
 
@@ -42,7 +55,10 @@ pub async fn answer(
     match path {
         "/healthz" => Some(text(200, "ok\n")),
         "/readyz" if LEAVING.load(Ordering::Relaxed) => Some(text(503, "leaving\n")),
-        "/readyz" => Some(text(200, "ready\n")),
+        "/readyz" => Some(match GATE.get().and_then(|gate| gate()) {
+            Some(why) => text(503, &format!("not ready: {why}\n")),
+            None => text(200, "ready\n"),
+        }),
         "/drainz" => Some(drain(query, headers).await),
         _ => None,
     }

@@ -186,6 +186,13 @@ pub trait Fleet: Send + Sync {
         None
     }
 
+    /// Whether this node was told of peers to meet (seeds): until one answers, it may lack
+    /// what the fleet did while it was away. A node told of none is a fleet of one. Default
+    /// false.
+    fn expects_peers(&self) -> bool {
+        false
+    }
+
     /// Every live member (active or draining) but this node: who must hear of a change every
     /// node's cache depends on (an object written through this node). Default none.
     fn others(&self) -> Vec<PeerRef> {

@@ -149,6 +149,12 @@ pub trait Plugin: Send + Sync {
     fn background(&self) -> Vec<Box<dyn pingora::services::ServiceWithDependents>> {
         Vec::new()
     }
+
+    /// Why the node must not be sent clients yet (`/readyz` answers 503 with it), or `None`
+    /// when this plugin has no objection. Called on every probe: cheap, no I/O. Default none.
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One request to the admin listener, authenticated already.

@@ -183,6 +183,10 @@ impl Fleet for Ring {
         self.membership.owner(bucket, key, index)
     }
 
+    fn expects_peers(&self) -> bool {
+        !self.settings.seeds.is_empty()
+    }
+
     fn next_owner(&self, bucket: &str, key: &str, index: u64, busy: &PeerRef) -> Option<PeerRef> {
         self.membership.next_owner(bucket, key, index, busy)
     }

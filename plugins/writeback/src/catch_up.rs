@@ -5,8 +5,11 @@
 //! write of a key displaces (and retires) an older copy: the node serves every acknowledged
 //! write and never an older one. With no peer answering for the repair grace, the replayed
 //! copies are indexed as they are (this node may be the one left to propagate them).
+//! Until then the node is not ready (`/readyz` 503) and its reads of write-back routes wait
+//! for the catch-up.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -46,7 +49,8 @@ impl Node {
     /// copies; false while no peer answered (the worker tries again) unless `give_up`.
     pub async fn catch_up(self: &Arc<Self>, give_up: bool) -> bool {
         let others = self.others();
-        let mut answered = false;
+        // A node told of no peers has nobody to catch up with.
+        let mut answered = others.is_empty() && !self.fleet.expects_peers();
         let mut seen = HashSet::new();
         for peer in others {
             let Ok(r) = self.ask(&peer, "GET", "/journals".into()).await else {
@@ -80,8 +84,109 @@ impl Node {
             for r in self.take_replayed() {
                 self.index(r);
             }
+            self.caught_up_flag.store(true, Ordering::Release);
+            self.caught_up.send_replace(true);
             return true;
         }
         false
+    }
+
+    /// Whether the node caught up (it is not ready before: see [`Node::wait_caught_up`]).
+    pub fn is_caught_up(&self) -> bool {
+        self.caught_up_flag.load(Ordering::Acquire)
+    }
+
+    /// Waits until the node caught up, at most `wait`: a read served before could answer an
+    /// older version (or a 404) for a write acknowledged while this node was away. Catch-up
+    /// ends within the repair grace whatever happens (it then gives up on absent peers).
+    pub async fn wait_caught_up(&self, wait: std::time::Duration) -> bool {
+        if self.is_caught_up() {
+            return true;
+        }
+        let mut rx = self.caught_up.subscribe();
+        let caught = tokio::time::timeout(wait, rx.wait_for(|done| *done)).await;
+        matches!(caught, Ok(Ok(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fragments::Fragments;
+    use crate::journal::Journal;
+    use crate::service::Store;
+    use std::time::Duration;
+
+    fn node(fleet: Arc<dyn floe_core::fleet::Fleet>) -> (tempfile::TempDir, Arc<Node>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            Arc::from("n"),
+            Fragments::open(&dir.path().join("f"), 64 << 20).unwrap(),
+            Journal::open(&dir.path().join("j")).unwrap(),
+        );
+        (
+            dir,
+            Arc::new(Node::new(Arc::new(store), fleet, Default::default())),
+        )
+    }
+
+    /// A fleet that names seeds but whose members have not shown up yet.
+    struct Seeded(Arc<str>);
+
+    #[async_trait::async_trait]
+    impl floe_core::fleet::Fleet for Seeded {
+        fn node_id(&self) -> &Arc<str> {
+            &self.0
+        }
+        fn owner(&self, _: &str, _: &str, _: u64) -> Option<floe_core::fleet::PeerRef> {
+            None
+        }
+        async fn head(
+            &self,
+            _: &floe_core::fleet::PeerRef,
+            _: &str,
+            _: &str,
+            _: Option<&floe_core::ETag>,
+        ) -> Result<floe_core::ObjectHead, floe_core::fleet::PeerError> {
+            Err(floe_core::fleet::PeerError::NotFound)
+        }
+        async fn blocks(
+            &self,
+            _: &floe_core::fleet::PeerRef,
+            _: &floe_core::fleet::BlockAsk<'_>,
+        ) -> Result<floe_core::fleet::PeerBody, floe_core::fleet::PeerError> {
+            Err(floe_core::fleet::PeerError::NotFound)
+        }
+        fn serve(&self, _: &str, _: Arc<dyn floe_core::fleet::PeerServer>) {}
+        fn expects_peers(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_told_of_no_peers_is_caught_up_at_its_first_pass() {
+        let (_dir, node) = node(Arc::new(crate::plugin::Alone(Arc::from("n"))));
+        assert!(!node.is_caught_up());
+        assert!(node.catch_up(false).await);
+        assert!(node.is_caught_up());
+        assert!(node.wait_caught_up(Duration::ZERO).await);
+    }
+
+    #[tokio::test]
+    async fn a_node_expecting_peers_waits_for_one_or_for_its_grace() {
+        let (_dir, node) = node(Arc::new(Seeded(Arc::from("n"))));
+        assert!(!node.catch_up(false).await, "nobody answered yet");
+        assert!(!node.is_caught_up());
+        // A zero wait polls once: a request is held while the node is not caught up.
+        assert!(!node.wait_caught_up(Duration::ZERO).await);
+        let waiting = tokio::spawn({
+            let node = node.clone();
+            async move { node.wait_caught_up(Duration::from_secs(60)).await }
+        });
+        assert!(
+            node.catch_up(true).await,
+            "the grace is over: it gives up on absent peers"
+        );
+        assert_eq!(waiting.await.ok(), Some(true), "the held request goes on");
     }
 }

@@ -30,6 +30,10 @@ use crate::stage::{Object, Outcome};
 /// (one unless writes of the key keep arriving while it waits).
 const FLUSH_ROUNDS: usize = 4;
 
+/// Longest a request waits for a node back from away to catch up (catch-up itself ends within
+/// the repair grace, 10 s by default, whatever its peers do).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(15);
+
 /// How a PUT went, for the answer's `x-floe-writeback` and the metrics.
 #[derive(Debug, Clone, Copy)]
 struct Mode(&'static str);
@@ -387,6 +391,15 @@ impl RequestFilter for WritebackFilter {
         );
         if key.is_empty() && !route_wide {
             return Ok(false);
+        }
+        // A node back from away answers nothing of the route before it knows every write
+        // acknowledged meanwhile: not a read (it would serve the older version), not a delete
+        // or an origin-bound write (the staged write it does not know yet would land after).
+        if !self.node.wait_caught_up(CATCH_UP_WAIT).await {
+            return Err(S3Error::new(
+                S3ErrorCode::SlowDown,
+                "This node is catching up on acknowledged writes; retry.",
+            ));
         }
         match ctx.op {
             S3Op::PutObject => self.put(session, ctx, &key).await,

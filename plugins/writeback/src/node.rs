@@ -44,6 +44,10 @@ pub struct Node {
     pub versions: std::sync::OnceLock<Arc<dyn Versions>>,
     /// One upload of a write at a time (see [`crate::uploading`]).
     pub uploading: crate::uploading::Uploading,
+    /// True once the node caught up with its peers' journals (see [`crate::catch_up`]): the
+    /// flag for the request path (no lock), the channel for those waiting on it.
+    pub(crate) caught_up_flag: std::sync::atomic::AtomicBool,
+    pub(crate) caught_up: tokio::sync::watch::Sender<bool>,
 }
 
 impl Node {
@@ -64,6 +68,8 @@ impl Node {
             replayed: std::sync::Mutex::default(),
             versions: std::sync::OnceLock::new(),
             uploading: crate::uploading::Uploading::default(),
+            caught_up_flag: std::sync::atomic::AtomicBool::new(false),
+            caught_up: tokio::sync::watch::Sender::new(false),
         }
     }
 

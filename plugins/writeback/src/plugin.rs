@@ -167,6 +167,11 @@ impl Plugin for WritebackPlugin {
         }))
     }
 
+    fn not_ready(&self) -> Option<String> {
+        let caught_up = self.node.get().is_none_or(|n| n.is_caught_up());
+        (!caught_up).then(|| "write-back is catching up on the fleet's journals".to_owned())
+    }
+
     fn origin_layer(
         &self,
         _route: &RouteCx<'_>,
