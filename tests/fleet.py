@@ -83,6 +83,14 @@ class Node:
         with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read())
 
+    def ready(self):
+        """Whether /readyz answers 200."""
+        try:
+            with urllib.request.urlopen(f"http://{self.host}:{self.mport}/readyz", timeout=5) as r:
+                return r.status == 200
+        except OSError:  # HTTPError (503) included
+            return False
+
     def view(self):
         """Ids of the members this node sees, with their states."""
         return {m["node_id"]: m["state"] for m in self.admin("GET", "/fleet")["members"]}
@@ -129,6 +137,8 @@ def start_fleet(tmp, relay_port, n=3, overrides=None, **kw):
         names = {nd.name for nd in nodes}
         for nd in nodes:
             wait_until(f"{nd.name} to see the fleet", lambda nd=nd: set(nd.view()) == names)
+        for nd in nodes:  # as a Service would: traffic once ready (write-back caught up)
+            wait_until(f"{nd.name} ready", lambda nd=nd: nd.ready())
     except BaseException:
         for nd in nodes:  # a node that failed to start must not leave the others running
             nd.stop()

@@ -11,8 +11,6 @@ import base64
 import hashlib
 import os
 import signal
-import urllib.error
-import urllib.request
 import zlib
 from xml.etree import ElementTree
 
@@ -211,14 +209,6 @@ def test_a_silent_origin_fails_uploads_in_time_and_propagation_resumes_once_it_a
         relay.down()
 
 
-def readyz(node):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{node.mport}/readyz", timeout=5) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def test_a_node_back_from_away_answers_only_once_it_caught_up(minio, direct, tmp_path):
     relay = Relay(minio.port)
     nodes = start_fleet(tmp_path, relay.port, n=4, **WB)  # k=2 m=1 w=3: one node may be away
@@ -239,10 +229,42 @@ def test_a_node_back_from_away_answers_only_once_it_caught_up(minio, direct, tmp
         # holds v0), and it is ready only once it would answer v1.
         first = get(nodes[3].port, key)
         assert first.data == v1, f"{first.status} {first.headers.get('x-floe-cache')}: the replaced version"
-        assert readyz(nodes[3]) == 200
+        assert nodes[3].ready()
         relay.refuse = set()
         wait_until("v1 at the origin", lambda: at_origin(direct, key) == v1, timeout=30)
         assert all(get(nd.port, key).data == v1 for nd in nodes)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()
+
+
+def test_a_delete_acknowledged_while_a_holder_was_away_never_comes_back(minio, direct, tmp_path):
+    relay = Relay(minio.port)
+    nodes = start_fleet(tmp_path, relay.port, n=4, **WB)
+    try:
+        key = "wb/dur/00009-tomb.parquet"
+        relay.refuse = {"PUT"}  # v1 stays staged
+        v1 = os.urandom(90_000)
+        assert put(nodes[0], key, v1)["x-floe-writeback"] == "staged"
+        wait_until("v1's journal copy on every node",
+                   lambda: all(nd.admin("GET", "/writeback")["indexed_objects"] == 1 for nd in nodes))
+        away = nodes[3]
+        away.kill()  # it keeps v1's copy (and maybe a fragment) on disk
+        wait_until("the fleet to see the node gone",
+                   lambda: nodes[0].view().get(away.name) in (None, "dead", "left"))
+        relay.refuse = set()
+        s3_client(nodes[1].port).delete_object(Bucket=BUCKET, Key=key)  # 204
+        assert at_origin(direct, key) is None
+        seeds = [nd.peer_port for nd in nodes[:3]]
+        nodes[3] = Node(tmp_path, away.name, relay.port, away.peer_port, seeds, **WB)
+        back = get(nodes[3].port, key)  # waits for its catch-up
+        assert back.status == 404, f"{back.status}: the deleted object came back"
+        wait_until("the returning node ready", nodes[3].ready)
+        wait_until("no copy left anywhere", lambda: all(
+            nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes), timeout=30)
+        assert at_origin(direct, key) is None, "the deleted object was uploaded again"
+        assert all(get(nd.port, key).status == 404 for nd in nodes)
     finally:
         for nd in nodes:
             nd.stop()

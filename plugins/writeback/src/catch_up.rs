@@ -15,8 +15,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use floe_core::fleet::PeerReply;
 
+use crate::id::ObjectId;
 use crate::journal::Record;
 use crate::node::Node;
+
+/// How long catch-up waits for one peer's journal and tombstones.
+const CATCH_UP_ASK: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Node {
     /// Answers `GET /journals`: every journal record kept here (`None` for other calls).
@@ -51,28 +55,51 @@ impl Node {
         let others = self.others();
         // A node told of no peers has nobody to catch up with.
         let mut answered = others.is_empty() && !self.fleet.expects_peers();
-        let mut seen = HashSet::new();
+        // Every peer at once, each within CATCH_UP_ASK: a paused or dying peer holds no pass
+        // (any live peer's journal has every write acknowledged while this node was away).
+        let mut asks = tokio::task::JoinSet::new();
         for peer in others {
-            let Ok(r) = self.ask(&peer, "GET", "/journals".into()).await else {
-                continue;
-            };
-            let Ok(records) = serde_json::from_slice::<Vec<Record>>(&r.body) else {
-                continue;
-            };
-            answered |= r.status == 200;
-            let fresh: Vec<Record> = records.into_iter().filter(|r| seen.insert(r.id)).collect();
-            let store = self.store.clone();
-            let kept = tokio::task::spawn_blocking(move || {
-                fresh
-                    .into_iter()
-                    .filter(|r| store.journal.has(&r.id) || store.journal.keep(r).is_ok())
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .unwrap_or_default();
-            for rec in kept {
-                self.index(Arc::new(rec));
+            let me = self.clone();
+            asks.spawn(async move {
+                let ask = async {
+                    let freed = me.ask(&peer, "GET", "/freed".into()).await.ok()?;
+                    let journals = me.ask(&peer, "GET", "/journals".into()).await.ok()?;
+                    (journals.status == 200).then_some(())?;
+                    // A peer that keeps no tombstones yet (an older version) has none to give.
+                    let freed = match freed.status {
+                        200 => serde_json::from_slice::<Vec<ObjectId>>(&freed.body).ok()?,
+                        _ => Vec::new(),
+                    };
+                    let records = serde_json::from_slice::<Vec<Record>>(&journals.body).ok()?;
+                    Some((freed, records))
+                };
+                tokio::time::timeout(CATCH_UP_ASK, ask).await.ok().flatten()
+            });
+        }
+        let (mut freed, mut records) = (HashSet::new(), Vec::new());
+        while let Some(done) = asks.join_next().await {
+            if let Ok(Some((ids, recs))) = done {
+                answered = true;
+                freed.extend(ids);
+                records.extend(recs);
             }
+        }
+        let mut seen = HashSet::new();
+        let fresh: Vec<Record> = records
+            .into_iter()
+            .filter(|r| !freed.contains(&r.id) && seen.insert(r.id))
+            .collect();
+        let store = self.store.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            fresh
+                .into_iter()
+                .filter(|r| store.journal.has(&r.id) || store.journal.keep(r).is_ok())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for rec in kept {
+            self.index(Arc::new(rec));
         }
         if answered {
             tracing::info!(
@@ -82,6 +109,13 @@ impl Node {
         }
         if answered || give_up {
             for r in self.take_replayed() {
+                if freed.contains(&r.id) {
+                    // Freed by the fleet while this node was away: dropped here too.
+                    tracing::info!(id = %r.id, key = %r.key, "dropping a write the fleet freed while this node was away");
+                    let (store, id) = (self.store.clone(), r.id);
+                    let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
+                    continue;
+                }
                 self.index(r);
             }
             self.caught_up_flag.store(true, Ordering::Release);

@@ -103,7 +103,12 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A node's journal directory (its own records and the copies it keeps for other nodes).
+/// How long a freed write's tombstone is kept: longer than any node stays away and still
+/// rejoins with its copies (the orphan sweep frees fragments left that long, 7 days).
+pub const TOMBSTONE_KEEP: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// A node's journal directory (its own records, the copies it keeps for other nodes, and the
+/// tombstones of writes freed).
 pub struct Journal {
     dir: PathBuf,
 }
@@ -136,6 +141,11 @@ impl Journal {
 
     /// Writes `record` durably (a copy from a coordinator, or an update after repair).
     pub fn keep(&self, record: &Record) -> io::Result<()> {
+        if self.is_freed(&record.id) {
+            return Err(io::Error::other(
+                "this write was freed: it is never kept again",
+            ));
+        }
         let doc = serde_json::to_vec(record).map_err(io::Error::other)?;
         durable::write(&self.path(&record.id), &doc)
     }
@@ -148,6 +158,46 @@ impl Journal {
     /// Forgets `id` (propagated).
     pub fn remove(&self, id: &ObjectId) -> io::Result<()> {
         durable::remove(&self.path(id))
+    }
+
+    fn tombstone_path(&self, id: &ObjectId) -> PathBuf {
+        self.dir.join(format!("{id}.freed"))
+    }
+
+    /// Marks `id` freed for good (propagated, overtaken or deleted), durably: a copy a node
+    /// away at the time hands back later is dropped, never indexed, served or uploaded again
+    /// (the deleted object would come back). Kept [`TOMBSTONE_KEEP`].
+    pub fn tombstone(&self, id: &ObjectId) -> io::Result<()> {
+        durable::write(&self.tombstone_path(id), b"")
+    }
+
+    /// Whether `id` was freed here.
+    pub fn is_freed(&self, id: &ObjectId) -> bool {
+        self.tombstone_path(id).exists()
+    }
+
+    /// Every id freed here within [`TOMBSTONE_KEEP`]; older tombstones are removed.
+    pub fn freed(&self) -> io::Result<Vec<ObjectId>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let path = e?.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("freed") {
+                continue;
+            }
+            let age = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok());
+            if age.is_some_and(|a| a > TOMBSTONE_KEEP) {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let stem = path.file_stem().and_then(|x| x.to_str());
+            if let Some(id) = stem.and_then(ObjectId::parse) {
+                out.push(id);
+            }
+        }
+        Ok(out)
     }
 
     /// Every record kept. An unreadable file is set aside as `*.bad` (with a warning), never
@@ -254,5 +304,25 @@ mod tests {
         assert!(d.path().join("junk.bad").exists(), "set aside, not lost");
         j.remove(&id).unwrap();
         assert!(j.replay().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_freed_write_is_never_kept_again_and_its_tombstone_is_listed_not_replayed() {
+        let d = tempfile::tempdir().unwrap();
+        let j = Journal::open(d.path()).unwrap();
+        let (freed, other) = (ObjectId::random(), ObjectId::random());
+        j.keep(&record(freed)).unwrap();
+        j.tombstone(&freed).unwrap();
+        j.remove(&freed).unwrap();
+        assert!(j.is_freed(&freed) && !j.is_freed(&other));
+        assert!(
+            j.keep(&record(freed)).is_err(),
+            "a copy handed back late is refused"
+        );
+        assert!(!j.has(&freed));
+        j.keep(&record(other)).unwrap();
+        assert_eq!(j.freed().unwrap(), vec![freed]);
+        let replayed: Vec<ObjectId> = j.replay().unwrap().iter().map(|r| r.id).collect();
+        assert_eq!(replayed, vec![other]);
     }
 }

@@ -73,12 +73,11 @@ impl Node {
         }
     }
 
-    /// Takes in a record replayed from the journal: this node's own are served at once,
-    /// copies once the node caught up.
+    /// Takes in a record replayed from the journal, served (and, for its coordinator,
+    /// propagated) once the node caught up: the fleet may have freed it meanwhile (a DELETE
+    /// while this node was away), and then it must never come back.
     pub fn replay(&self, r: Record) {
-        if r.coordinator == self.me() {
-            self.index(Arc::new(r));
-        } else if let Ok(mut q) = self.replayed.lock() {
+        if let Ok(mut q) = self.replayed.lock() {
             q.push(Arc::new(r));
         }
     }

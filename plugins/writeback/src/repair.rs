@@ -267,7 +267,18 @@ impl Repairer {
                 path: format!("/journal?id={}", r.id),
                 body: Bytes::new(),
             };
-            if !matches!(self.node.call(&owner, call).await, Ok(reply) if reply.status == 404) {
+            let status = self.node.call(&owner, call).await.map_or(0, |r| r.status);
+            if status == 410 {
+                // Freed by its coordinator (propagated, overtaken or deleted) while this node
+                // was away: never handed back, never served again.
+                tracing::info!(id = %r.id, key = %r.key, "dropping a copy of a freed write");
+                let (store, id) = (self.node.store.clone(), r.id);
+                let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
+                self.node.unindex_id(&r.id, false);
+                checked.remove(&r.id);
+                continue;
+            }
+            if status != 404 {
                 continue;
             }
             let origin = origin_of(&self.origins, &r.bucket);

@@ -101,9 +101,19 @@ impl Store {
             },
             ("GET", "/journal", Some(id), _) => match self.journal.has(&id) {
                 true => reply(200, ""),
+                false if self.journal.is_freed(&id) => reply(410, "freed"),
                 false => reply(404, "no such record"),
             },
+            ("GET", "/freed", _, _) => match self.journal.freed() {
+                Ok(ids) => match serde_json::to_vec(&ids) {
+                    Ok(doc) => reply(200, doc),
+                    Err(e) => reply(500, e.to_string()),
+                },
+                Err(e) => reply(500, e.to_string()),
+            },
             ("PUT", "/journal", _, _) => match serde_json::from_slice::<Record>(&call.body) {
+                // A write freed here is never kept again (a copy handed back late).
+                Ok(r) if self.journal.is_freed(&r.id) => reply(410, "freed"),
                 Ok(r) => match self.journal.keep(&r) {
                     Ok(()) => reply(200, ""),
                     Err(e) => reply(500, e.to_string()),
@@ -178,6 +188,7 @@ impl Store {
                 self.fragments.remove(id, idx)?;
             }
         }
+        self.journal.tombstone(id)?;
         self.journal.remove(id)
     }
 }
