@@ -31,6 +31,9 @@ class Relay:
         # Every `slow_every`-th request whose line starts with `slow_prefix` is held `slow_for`
         # seconds before it is forwarded (a stalled origin connection); `slowed` counts them.
         self.slow_prefix, self.slow_every, self.slow_for, self.slow_seen, self.slowed = None, 0, 0.0, 0, 0
+        # Requests whose line starts with this are taken and never answered nor forwarded (a
+        # silent origin: the connection stays open, nothing happens at the origin).
+        self.silent = None
         self.conns = set()
         self.listener = None
         self.port = None
@@ -105,7 +108,7 @@ class Relay:
             threading.Thread(target=self._pump, args=(origin, client, False), daemon=True).start()
 
     def _pump(self, src, dst, to_origin):
-        budget = None
+        budget, swallow = None, False
         while True:
             stall = 0
             try:
@@ -130,6 +133,7 @@ class Relay:
                         if tp:
                             self.traceparents.append(tp.group(1).decode())
                         line = f"{m.group(1).decode()} {m.group(2).decode()}"
+                        swallow = swallow or bool(self.silent and line.startswith(self.silent))
                         if self.slow_prefix and line.startswith(self.slow_prefix):
                             self.slow_seen += 1
                             if self.slow_seen % self.slow_every == 0:
@@ -138,6 +142,8 @@ class Relay:
                     self.bytes_from_origin += len(data)
                     if budget is None and self.cut_after is not None:
                         budget, self.cut_after = self.cut_after, None
+            if swallow:
+                continue  # taken, never forwarded: the origin never hears of it
             if to_origin and m and self._refused(m.group(1).decode(), m.group(2).decode()):
                 try:
                     src.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
