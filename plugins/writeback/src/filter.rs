@@ -100,15 +100,17 @@ impl WritebackFilter {
                 .await?
         };
         let (etag, mode) = match outcome {
-            Outcome::Staged(acked) => (acked.record.etag, "staged"),
+            Outcome::Staged(acked) => {
+                // Durable now: the write before it is freed everywhere before the answer, so
+                // no node propagates it after this one.
+                if let Some(p) = &prior {
+                    self.node.free(p).await;
+                }
+                (acked.record.etag, "staged")
+            }
             Outcome::NeedsSync(r) => {
                 let synced = Started::now();
-                if let Some(p) = &prior {
-                    if let Err(e) = self.flush(p).await {
-                        self.node.free(&r).await;
-                        return Err(e);
-                    }
-                }
+                self.flush_before(prior.as_ref(), &r).await?;
                 let etag = self.sync(*r).await?;
                 // At the origin now: no node may answer the version it replaced after this.
                 self.node.forget_everywhere(&self.bucket, key).await;
@@ -116,11 +118,6 @@ impl WritebackFilter {
                 (etag, "sync")
             }
         };
-        // Durable now (staged, or at the origin): the write before it is freed everywhere
-        // before the answer, so no node propagates it after this one.
-        if let Some(r) = prior {
-            self.node.free(&r).await;
-        }
         metrics::put(mode, started.elapsed());
         ctx.ext.insert(Mode(mode));
         let mut resp = ResponseHeader::build(200, Some(4)).map_err(internal)?;
@@ -161,6 +158,23 @@ impl WritebackFilter {
             S3ErrorCode::SlowDown,
             format!("an earlier acknowledged write of this key is not at the origin yet: {e}"),
         ))
+    }
+
+    /// Before write `r` goes to the origin itself (`sync`): the staged write before it
+    /// (`prior`) lands first, which also frees it; when it cannot, `r` is freed and refused.
+    pub(crate) async fn flush_before(
+        &self,
+        prior: Option<&Arc<Record>>,
+        r: &Record,
+    ) -> Result<(), S3Error> {
+        let Some(p) = prior else {
+            return Ok(());
+        };
+        if let Err(e) = self.flush(p).await {
+            self.node.free(r).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Writes `r` to the origin from its fragments, then frees them; the ETag to answer.

@@ -208,14 +208,15 @@ impl WritebackFilter {
                 .stage(plan, obj, &mut body, &mut ctx.phases)
                 .await?
             {
-                Outcome::Staged(acked) => (acked.record.etag, "staged"),
-                Outcome::NeedsSync(r) => {
+                Outcome::Staged(acked) => {
+                    // Durable now: the write before it is freed everywhere (see `put`).
                     if let Some(p) = &prior {
-                        if let Err(e) = self.flush(p).await {
-                            self.node.free(&r).await;
-                            return Err(e);
-                        }
+                        self.node.free(p).await;
                     }
+                    (acked.record.etag, "staged")
+                }
+                Outcome::NeedsSync(r) => {
+                    self.flush_before(prior.as_ref(), &r).await?;
                     (self.sync(*r).await?, "sync")
                 }
             },
@@ -227,9 +228,6 @@ impl WritebackFilter {
                 (etag, "sync")
             }
         };
-        if let Some(p) = prior {
-            self.node.free(&p).await;
-        }
         if mode == "sync" {
             // At the origin now: no node may answer the version it replaced after this.
             self.node.forget_everywhere(&self.bucket, key).await;
