@@ -62,16 +62,12 @@ impl BlockFilter {
     ) -> Result<Option<Resolution>, OriginError> {
         // Before anything is asked: an answer that crosses a write of the key is not kept.
         let ticket = self.map.ticket(key.as_str());
-        let known = self.map.get(key.as_str());
-        if let Some(m) = &known {
-            let fresh = m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl;
-            if fresh && !m.stale {
-                return Ok(Some(Resolution {
-                    map: m.clone(),
-                    known: true,
-                    adopted: None,
-                }));
-            }
+        if let Some(map) = self.usable(key) {
+            return Ok(Some(Resolution {
+                map,
+                known: true,
+                adopted: None,
+            }));
         }
         // Classification (glob matching) only on the slow path; known keys carry their class.
         let class = self.class_of(key.as_str());
@@ -89,9 +85,16 @@ impl BlockFilter {
                 (wait_for(rx, abandoned).await, None)
             }
             Claim::Mine(tx) => {
-                let (r, adopted) = self
-                    .resolve_slow(bucket, (key, ticket), known, class, probe)
-                    .await;
+                // A resolve that ended between the look above and this claim has left the
+                // version in the table: use it rather than ask the origin a second time.
+                let (r, adopted) = match self.usable(key) {
+                    Some(map) => (Ok(Some((map, true))), None),
+                    None => {
+                        let known = self.map.get(key.as_str());
+                        self.resolve_slow(bucket, (key, ticket), known, class, probe)
+                            .await
+                    }
+                };
                 let _ = tx.send(Some(r.clone()));
                 self.resolving.release(&name);
                 (r, adopted)
@@ -102,6 +105,14 @@ impl BlockFilter {
             known,
             adopted,
         }))
+    }
+
+    /// The version the table holds for `key`, if it may be used without asking anyone
+    /// (immutable, or rewritable and checked within the TTL; not marked stale).
+    fn usable(&self, key: &ObjectKey) -> Option<Arc<Mapping>> {
+        let m = self.map.get(key.as_str())?;
+        let fresh = m.class.immutable || m.checked.elapsed() < self.cache.settings.mutable_ttl;
+        (fresh && !m.stale).then_some(m)
     }
 
     async fn resolve_slow(
