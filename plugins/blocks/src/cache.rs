@@ -111,6 +111,12 @@ pub struct BlockCache {
     /// Which adjacent blocks one origin GET may fetch together.
     pub(crate) run_split: Arc<dyn RunSplit>,
     classifier: Classifier,
+    /// The forgets this node sent or applied lately (see [`crate::missed`]).
+    pub forgets: crate::missed::ForgetLog,
+    /// Who forgets go to (see [`floe_core::recent`]).
+    pub recipients: floe_core::recent::RecentMembers,
+    /// Whether this node must hear what it missed while away (see [`crate::missed`]).
+    pub returning: crate::missed::Returning,
 }
 
 impl BlockCache {
@@ -125,6 +131,9 @@ impl BlockCache {
         run_split: Arc<dyn RunSplit>,
     ) -> Result<Arc<Self>, OpenError> {
         let classifier = Classifier::new(settings.rules.clone())?;
+        // Read before the store opens: a stamp says until when the last run was up.
+        let persisted = settings.meta.disk_bytes > 0;
+        let stamp = crate::missed::read_stamp(&settings.meta.disk_dir);
         let data_stats = StoreStats::default();
         let meta_stats = StoreStats::default();
         let data = store::open(
@@ -160,6 +169,9 @@ impl BlockCache {
             inflight: Inflight::default(),
             run_split,
             classifier,
+            forgets: Default::default(),
+            recipients: Default::default(),
+            returning: crate::missed::Returning::at_boot(stamp, persisted),
         }))
     }
 

@@ -47,6 +47,8 @@ pub struct BlockFilter {
     pub(crate) max_pins: usize,
     /// The fleet whose owners this route's misses ask first (`None`: one node).
     pub(crate) fleet: Option<Arc<dyn Fleet>>,
+    /// How this node hears what it missed while away (in a fleet).
+    pub(crate) catch_up: Option<crate::missed::CatchUp>,
 }
 
 /// The outcome of resolving a key, shared by concurrent requests for it.
@@ -67,6 +69,7 @@ impl BlockFilter {
             pinned: Arc::new(Mutex::new(LruCache::unbounded())),
             max_pins: MAX_PINS,
             fleet: None,
+            catch_up: None,
         }
     }
 
@@ -286,9 +289,10 @@ impl BlockFilter {
             bucket: self.bucket_key.to_string(),
             keys,
         };
+        self.cache.forgets.record(&forget);
         for _round in 0..2 {
             forget.keys.iter().for_each(|k| self.invalidate(k));
-            let missed = tell_fleet(fleet, &forget).await;
+            let missed = tell_fleet(fleet, &self.cache.recipients, &forget).await;
             if missed > 0 {
                 tracing::warn!(missed, "members not told of a write in time: retrying");
             }
@@ -312,7 +316,12 @@ impl RequestFilter for BlockFilter {
         ctx: &mut FilterCtx,
     ) -> Result<bool, S3Error> {
         match ctx.op {
-            S3Op::GetObject | S3Op::HeadObject => self.serve(session, ctx).await,
+            S3Op::GetObject | S3Op::HeadObject => {
+                if let Some(c) = &self.catch_up {
+                    c.before_read().await;
+                }
+                self.serve(session, ctx).await
+            }
             S3Op::PutObject
             | S3Op::CopyObject
             | S3Op::DeleteObject

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use floe_core::fleet::{Fleet, PeerCall, PeerRef, PeerReply, PeerService};
+use floe_core::recent::{RecentMembers, Seen, DEPARTED_WAIT};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::BlockCache;
@@ -94,8 +95,16 @@ pub(crate) struct ForgetService {
 #[async_trait]
 impl PeerService for ForgetService {
     async fn call(&self, call: PeerCall) -> PeerReply {
+        if let Some(since) = crate::missed::Missed::asked(&call) {
+            let missed = self.cache.forgets.since(since);
+            return PeerReply {
+                status: 200,
+                body: serde_json::to_vec(&missed).unwrap_or_default().into(),
+            };
+        }
         match Forget::decode(&call) {
             Ok(f) => {
+                self.cache.forgets.record(&f);
                 for k in &f.keys {
                     forget_here(&self.cache, &self.routes, &f.bucket, k);
                 }
@@ -122,19 +131,25 @@ static RETRYING: AtomicUsize = AtomicUsize::new(0);
 /// asking one not told yet, and keep what it answers. [`BlockFilter`] runs two rounds: once
 /// the first is done, no member holds or resolves the replaced version any more, and the
 /// second drops whatever was taken from a late member in between.
-pub async fn tell_fleet(fleet: &Arc<dyn Fleet>, forget: &Forget) -> usize {
-    let others = fleet.others();
-    if others.is_empty() || forget.keys.is_empty() {
+///
+/// `recent` adds the members that left the view lately (see [`floe_core::recent`]), each
+/// waited for [`DEPARTED_WAIT`] at most: a member restarting is back serving reads before
+/// every view lists it again.
+pub async fn tell_fleet(fleet: &Arc<dyn Fleet>, recent: &RecentMembers, forget: &Forget) -> usize {
+    let seen = recent.with(fleet.others());
+    if (seen.live.is_empty() && seen.departed.is_empty()) || forget.keys.is_empty() {
         return 0;
     }
-    tell_round(fleet, &forget.call(), others).await
+    tell_round(fleet, &forget.call(), seen).await
 }
 
-async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, peers: Vec<PeerRef>) -> usize {
-    let asks = peers.into_iter().map(|peer| {
+async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, seen: Seen) -> usize {
+    let live = seen.live.into_iter().map(|p| (p, TELL_WAIT));
+    let departed = seen.departed.into_iter().map(|p| (p, DEPARTED_WAIT));
+    let asks = live.chain(departed).map(|(peer, wait)| {
         let (fleet, call) = (fleet.clone(), call.clone());
         async move {
-            let ok = tell_one(&fleet, &peer, call.clone()).await;
+            let ok = tell_one(&fleet, &peer, call.clone(), wait).await;
             (!ok).then_some((peer, call))
         }
     });
@@ -149,8 +164,8 @@ async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, peers: Vec<PeerRef>
     missed.len()
 }
 
-async fn tell_one(fleet: &Arc<dyn Fleet>, peer: &PeerRef, call: PeerCall) -> bool {
-    match fleet.call(peer, SERVICE, call, TELL_WAIT).await {
+async fn tell_one(fleet: &Arc<dyn Fleet>, peer: &PeerRef, call: PeerCall, wait: Duration) -> bool {
+    match fleet.call(peer, SERVICE, call, wait).await {
         Ok(r) if r.status == 204 => true,
         Ok(r) => {
             tracing::warn!(peer = %peer.id, status = r.status, "a member refused a forget");
@@ -176,7 +191,7 @@ fn retry_later(fleet: Arc<dyn Fleet>, peer: PeerRef, call: PeerCall) {
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(RETRY_MAX_WAIT);
-            if tell_one(&fleet, &peer, call.clone()).await {
+            if tell_one(&fleet, &peer, call.clone(), TELL_WAIT).await {
                 break;
             }
         }

@@ -25,6 +25,7 @@ pub mod hints;
 pub mod hot;
 mod inflight;
 mod mapping;
+pub mod missed;
 pub mod neighbours;
 mod ops;
 mod peer;

@@ -55,6 +55,10 @@ impl PeerServer for BlockFilter {
 
     async fn head(&self, key: &ObjectKey, stale: Option<&ETag>) -> Result<ObjectHead, PeerError> {
         let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
+        // An owner back from away answers no version before it heard what it missed.
+        if let Some(c) = &self.catch_up {
+            c.before_read().await;
+        }
         if let Some(e) = stale {
             self.map.mark_stale(key.as_str(), e);
         }

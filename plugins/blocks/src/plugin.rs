@@ -134,6 +134,11 @@ impl Plugin for BlocksPlugin {
         let mut filter = BlockFilter::new(cache, origin, bucket.as_str());
         if let Some(fleet) = route.shared.get::<Arc<dyn Fleet>>() {
             filter = filter.in_fleet(fleet.clone());
+            filter.catch_up = Some(crate::missed::CatchUp {
+                cache: filter.cache.clone(),
+                routes: Arc::downgrade(&self.routes),
+                fleet: fleet.clone(),
+            });
             fleet.serve(bucket.as_str(), Arc::new(filter.clone()));
             // One service for every route (mounting again replaces it with its equal).
             fleet.mount(
@@ -169,10 +174,20 @@ impl Plugin for BlocksPlugin {
         let Some(cache) = self.cache.clone() else {
             return Vec::new();
         };
-        vec![Box::new(background_service(
+        let mut workers: Vec<Box<dyn ServiceWithDependents>> = vec![Box::new(background_service(
             "floe-cache-settle",
-            SettleOnShutdown(cache),
-        ))]
+            SettleOnShutdown(cache.clone()),
+        ))];
+        if cache.settings.meta.disk_bytes > 0 {
+            workers.push(Box::new(background_service(
+                "floe-cache-alive",
+                crate::missed::Alive {
+                    cache,
+                    routes: self.routes.clone(),
+                },
+            )));
+        }
+        workers
     }
 }
 
@@ -193,7 +208,9 @@ impl Versions for BlockVersions {
                 bucket: bucket.to_owned(),
                 keys: vec![key.to_owned()],
             };
-            tokio::spawn(async move { tell_fleet(&fleet, &forget).await });
+            self.cache.forgets.record(&forget);
+            let cache = self.cache.clone();
+            tokio::spawn(async move { tell_fleet(&fleet, &cache.recipients, &forget).await });
         }
     }
 

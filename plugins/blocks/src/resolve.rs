@@ -124,7 +124,9 @@ impl BlockFilter {
         probe: Probe<'_>,
     ) -> (Resolved, Option<Adopted>) {
         let object_key: Arc<str> = key.shared();
-        if known.is_none() && class.immutable && !self.map.dropped_since_boot(key.as_str()) {
+        let trusted =
+            !self.map.dropped_since_boot(key.as_str()) && self.cache.returning.trusts_persisted();
+        if known.is_none() && class.immutable && trusted {
             if let Some(m) = self
                 .cache
                 .load_mapping(&self.bucket_key, &object_key, class)

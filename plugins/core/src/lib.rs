@@ -10,6 +10,7 @@
 //! assert!(err.to_xml("/warehouse", "0123").contains("<Code>AccessDenied</Code>"));
 //! ```
 
+pub mod away;
 pub mod checksum;
 pub mod conditions;
 pub mod config;
@@ -20,6 +21,7 @@ mod op;
 mod origin;
 pub mod plugin;
 pub mod range;
+pub mod recent;
 pub mod spans;
 pub mod trace;
 mod types;

@@ -1,0 +1,330 @@
+//! Forgets a node missed while it was away. A member that does not confirm a [`Forget`] is
+//! retried, but after a backoff (up to [`crate::forget::RETRY_MAX_WAIT`]), and not at all once
+//! gossip dropped it from the view; a node back from a freeze, or restarted with its persisted
+//! mappings, would meanwhile answer from the version a write replaced.
+//!
+//! So every node keeps the forgets it sent or applied for [`KEEP`] ([`ForgetLog`]), and a node
+//! back from away asks every peer for those since it left (`GET /v1/x/blocks/missed?since=MS`,
+//! answered with [`Missed`]) and applies them before it answers a read: at its first request
+//! after a freeze ([`floe_core::away`]), and after a restart from the time its last
+//! [`ALIVE_FILE`] stamp says it was up. When no answering peer's log reaches back that far
+//! (down longer than [`KEEP`], or the peers restarted since), the node does not trust a mapping
+//! it persisted before: it resolves each key again once (its cached blocks, keyed by ETag,
+//! still serve when the version is the same).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use floe_core::away::{wall_ms, Away};
+use floe_core::fleet::{Fleet, PeerCall};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::BlockCache;
+use crate::filter::BlockFilter;
+use crate::forget::{forget_here, Forget, SERVICE, TELL_WAIT};
+
+/// How long a node keeps the forgets it sent or applied: as long as a sender retries one.
+pub const KEEP: Duration = crate::forget::RETRY_FOR;
+/// Most forgets kept; past this the oldest go (and the log no longer reaches back as far).
+const MAX_KEPT: usize = 1 << 16;
+/// Asked from a little before the node left: clocks of two nodes differ by this much at most,
+/// and a forget sent just before a freeze may not have been applied.
+const SLACK_MS: u64 = 5_000;
+/// The file (in the folder of the metadata store's disk tier, beside it: foyer owns the tier's
+/// own folder) the node stamps with the time every second while it runs.
+pub const ALIVE_FILE: &str = "floe-alive.ms";
+/// The path of the ask below the service.
+const MISSED_PATH: &str = "/missed";
+
+/// The forgets this node sent or applied lately.
+pub struct ForgetLog {
+    kept: Mutex<VecDeque<(u64, Forget)>>,
+    /// Wall-clock ms from which the log is whole (this process's start; later once
+    /// [`MAX_KEPT`] pushed the oldest out).
+    whole_from: AtomicU64,
+}
+
+impl Default for ForgetLog {
+    fn default() -> Self {
+        Self {
+            kept: Mutex::default(),
+            whole_from: AtomicU64::new(wall_ms()),
+        }
+    }
+}
+
+impl ForgetLog {
+    /// Keeps `forget`, sent or applied now.
+    pub fn record(&self, forget: &Forget) {
+        self.record_at(wall_ms(), forget);
+    }
+
+    fn record_at(&self, now: u64, forget: &Forget) {
+        let Ok(mut kept) = self.kept.lock() else {
+            return;
+        };
+        let oldest = now.saturating_sub(KEEP.as_millis() as u64);
+        while kept.front().is_some_and(|(at, _)| *at < oldest) || kept.len() >= MAX_KEPT {
+            if let Some((at, _)) = kept.pop_front() {
+                self.whole_from.fetch_max(at + 1, Ordering::SeqCst);
+            }
+        }
+        kept.push_back((now, forget.clone()));
+    }
+
+    /// The forgets kept from `since` (wall-clock ms) on, and whether the log is whole that far.
+    pub fn since(&self, since: u64) -> Missed {
+        let forgets = self
+            .kept
+            .lock()
+            .map(|k| {
+                k.iter()
+                    .filter(|(at, _)| *at >= since)
+                    .map(|(_, f)| f.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let oldest = wall_ms().saturating_sub(KEEP.as_millis() as u64);
+        let whole_from = self.whole_from.load(Ordering::SeqCst).max(oldest);
+        Missed {
+            whole: since >= whole_from,
+            forgets,
+        }
+    }
+}
+
+/// A peer's answer to "what did I miss since T?".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Missed {
+    /// The peer's log reaches back to T: these are all the forgets it knows of since.
+    pub whole: bool,
+    /// The forgets.
+    pub forgets: Vec<Forget>,
+}
+
+impl Missed {
+    /// The ask for the forgets since `since` (wall-clock ms).
+    pub fn ask(since: u64) -> PeerCall {
+        PeerCall {
+            method: "GET",
+            path: format!("{MISSED_PATH}?since={since}"),
+            body: bytes::Bytes::new(),
+        }
+    }
+
+    /// The `since` of an ask, if `call` is one.
+    pub fn asked(call: &PeerCall) -> Option<u64> {
+        let since = call
+            .path
+            .strip_prefix(MISSED_PATH)?
+            .strip_prefix("?since=")?;
+        (call.method == "GET").then_some(())?;
+        since.parse().ok()
+    }
+}
+
+/// Whether this node must hear what it missed before it answers a read.
+pub struct Returning {
+    /// The absences of this process handled so far ([`floe_core::away`]).
+    away_mark: AtomicU64,
+    /// Restarted: wall-clock ms of the last stamp before (0 when there was none).
+    boot_since: Mutex<Option<u64>>,
+    boot_pending: AtomicBool,
+    /// A mapping persisted before this start is not trusted (see the module doc).
+    distrust_persisted: AtomicBool,
+    /// One catch-up at a time; the others wait for it.
+    flight: tokio::sync::Mutex<()>,
+}
+
+impl Returning {
+    /// The state of a cache opened now; `stamp`: the [`ALIVE_FILE`] found on disk.
+    pub fn at_boot(stamp: Option<u64>, persisted: bool) -> Self {
+        Self {
+            away_mark: AtomicU64::new(Away::global().mark()),
+            boot_pending: AtomicBool::new(persisted),
+            boot_since: Mutex::new(persisted.then_some(stamp.unwrap_or(0))),
+            distrust_persisted: AtomicBool::new(false),
+            flight: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Whether persisted mappings may be used.
+    pub fn trusts_persisted(&self) -> bool {
+        !self.distrust_persisted.load(Ordering::Relaxed)
+    }
+
+    /// Since when (wall-clock ms) this node missed forgets it has not asked for yet.
+    fn pending(&self) -> Option<u64> {
+        if self.boot_pending.load(Ordering::Acquire) {
+            return self.boot_since.lock().ok().and_then(|s| *s);
+        }
+        Away::global().away_since_now(self.away_mark.load(Ordering::SeqCst))
+    }
+}
+
+/// What a filter needs to catch up: the cache, the stages (to apply forgets to every route)
+/// and the fleet.
+#[derive(Clone)]
+pub struct CatchUp {
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) routes: Weak<RwLock<std::collections::HashMap<String, Arc<BlockFilter>>>>,
+    pub(crate) fleet: Arc<dyn Fleet>,
+}
+
+impl CatchUp {
+    /// Before a read is answered: when this node was away, asks its peers what it missed and
+    /// applies it (once; concurrent reads wait for that one). Cheap otherwise: two atomic
+    /// loads and a clock read.
+    pub async fn before_read(&self) {
+        let returning = &self.cache.returning;
+        if returning.pending().is_none() {
+            return;
+        }
+        let _one = returning.flight.lock().await;
+        let mark = Away::global().mark();
+        let Some(since) = returning.pending() else {
+            return;
+        };
+        let whole = self.pull(since.saturating_sub(SLACK_MS)).await;
+        if returning.boot_pending.swap(false, Ordering::AcqRel) && !whole {
+            tracing::warn!(since_ms = since, "no peer remembers every key forgotten since this node last ran: its persisted mappings are resolved again");
+            returning.distrust_persisted.store(true, Ordering::Relaxed);
+        }
+        returning.away_mark.store(mark, Ordering::SeqCst);
+    }
+
+    /// Asks every peer for the forgets since `since` and applies them; whether one peer's log
+    /// was whole that far (or the node has no peers: nobody took a write through the fleet).
+    async fn pull(&self, since: u64) -> bool {
+        let others = self.fleet.others();
+        // A node told of no peers has nobody who could have written meanwhile.
+        let alone = others.is_empty() && !self.fleet.expects_peers();
+        let asks = others.into_iter().map(|peer| {
+            let fleet = self.fleet.clone();
+            async move {
+                let reply = fleet
+                    .call(&peer, SERVICE, Missed::ask(since), TELL_WAIT)
+                    .await;
+                let reply = reply.ok().filter(|r| r.status == 200)?;
+                serde_json::from_slice::<Missed>(&reply.body).ok()
+            }
+        });
+        let answers: Vec<Missed> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let routes = self.routes.upgrade();
+        let mut applied = 0;
+        for forget in answers.iter().flat_map(|m| &m.forgets) {
+            if let Some(routes) = &routes {
+                for key in &forget.keys {
+                    forget_here(&self.cache, routes, &forget.bucket, key);
+                    applied += 1;
+                }
+            }
+        }
+        tracing::info!(
+            peers = answers.len(),
+            applied,
+            since_ms = since,
+            "asked the fleet what this node missed while away"
+        );
+        alone || answers.iter().any(|m| m.whole)
+    }
+}
+
+/// The "floe-cache-alive" worker: stamps [`ALIVE_FILE`] every second once the node heard
+/// what it missed since its last run (it asks at once rather than at its first read).
+pub struct Alive {
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) routes: Arc<RwLock<std::collections::HashMap<String, Arc<BlockFilter>>>>,
+}
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for Alive {
+    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+        let dir = self.cache.settings.meta.disk_dir.clone();
+        loop {
+            let catch_up = self
+                .routes
+                .read()
+                .ok()
+                .and_then(|r| r.values().find_map(|f| f.catch_up.clone()));
+            if let Some(c) = catch_up {
+                c.before_read().await;
+            }
+            if !self.cache.returning.boot_pending.load(Ordering::Acquire) {
+                let dir = dir.clone();
+                let written = tokio::task::spawn_blocking(move || write_stamp(&dir)).await;
+                if let Ok(Err(e)) = written {
+                    tracing::warn!(error = %e, "the cache's alive stamp could not be written");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// Where the [`ALIVE_FILE`] stamp of a metadata tier in `tier` goes.
+fn stamp_path(tier: &std::path::Path) -> std::path::PathBuf {
+    tier.parent().unwrap_or(tier).join(ALIVE_FILE)
+}
+
+/// Reads the [`ALIVE_FILE`] stamp of the metadata tier in `tier`.
+pub fn read_stamp(tier: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(stamp_path(tier)).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Writes the [`ALIVE_FILE`] stamp of the metadata tier in `tier` (now).
+pub fn write_stamp(tier: &std::path::Path) -> std::io::Result<()> {
+    std::fs::write(stamp_path(tier), wall_ms().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forget(key: &str) -> Forget {
+        Forget {
+            bucket: "lake".into(),
+            keys: vec![key.into()],
+        }
+    }
+
+    #[test]
+    fn the_log_answers_what_came_since_and_says_how_far_it_reaches() {
+        let log = ForgetLog::default();
+        let start = log.whole_from.load(Ordering::SeqCst);
+        log.record_at(start + 10, &forget("a"));
+        log.record_at(start + 20, &forget("b"));
+        let m = log.since(start + 15);
+        assert!(m.whole);
+        assert_eq!(m.forgets, vec![forget("b")]);
+        // Before this process started: not whole (it may have missed some).
+        assert!(!log.since(start - 1).whole);
+    }
+
+    #[test]
+    fn an_ask_round_trips_and_others_are_not_asks() {
+        assert_eq!(Missed::asked(&Missed::ask(1234)), Some(1234));
+        let mut post = Missed::ask(5);
+        post.method = "POST";
+        assert_eq!(Missed::asked(&post), None);
+        assert_eq!(Missed::asked(&forget("x").call()), None);
+        let m = Missed {
+            whole: true,
+            forgets: vec![forget("k")],
+        };
+        let text = serde_json::to_vec(&m).unwrap();
+        assert_eq!(serde_json::from_slice::<Missed>(&text).unwrap(), m);
+        assert!(serde_json::from_slice::<Missed>(br#"{"whole":true,"forgets":[],"x":1}"#).is_err());
+    }
+}
