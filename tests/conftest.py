@@ -75,7 +75,7 @@ class Proc:
     def __init__(self, args, env, log, port, what, host="127.0.0.1"):
         self.log = log
         self.port = port
-        self.proc = subprocess.Popen(args, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
         try:
             wait_port(port, self.proc, what, host=host)
         except RuntimeError as e:  # say why it did not start: the log is gone with tmp_path

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import threading
+import time
 
 import pytest
 
@@ -96,11 +97,14 @@ def test_random_puts_and_deletes_under_combined_faults_lose_nothing_and_read_no_
         seeds = [p for n, p in ports.items() if n != name]
         nodes[i] = Node(tmp_path, name, relay.port, ports[name], seeds, **kw)
 
+    events = []  # (time, fault, node drawn): what a violation is read against
+
     def faults():
         frng = random.Random(seed + 1)
         while not stop.wait(frng.uniform(0.5, 1.5)):
             kind = frng.choice(faults_drawn)
             i = frng.randrange(len(nodes))
+            events.append((round(time.time(), 3), kind, nodes[i].name))
             if kind == "kill":
                 with lock:
                     nodes[i].kill()
@@ -144,7 +148,7 @@ def test_random_puts_and_deletes_under_combined_faults_lose_nothing_and_read_no_
                 counts["read_errors"] += 1
             elif not history[key].allows(state):
                 counts["stale"] += 1
-                stale.append((key, reader.name, got.status, got.headers.get("x-floe-cache"),
+                stale.append((key, reader.name, round(time.time(), 3), got.status, got.headers.get("x-floe-cache"),
                               got.headers.get("x-floe-node"), history[key].log[-3:],
                               history[key].which(state), len(history[key].seen)))
 
@@ -179,7 +183,7 @@ def test_random_puts_and_deletes_under_combined_faults_lose_nothing_and_read_no_
                 pass
             ok, state, mode = None, None, "cut"
         with lock:
-            history[key].log.append((kind, nd.name, ok, mode))
+            history[key].log.append((kind, nd.name, ok, mode, round(time.time(), 3)))
             counts["ops"] += 1
             counts[{"put": "puts", "delete": "deletes", "cut": "cut"}[kind]] += 1
             if ok:
@@ -224,6 +228,8 @@ def test_random_puts_and_deletes_under_combined_faults_lose_nothing_and_read_no_
                     counts["stale"] += 1
                     stale.append((k, nd.name, got.status, got.headers.get("x-floe-cache"), "settled",
                                   got.data[:200] if got.status >= 500 else None))
+        if counts["stale"]:  # what a violation is read against, with the nodes' logs
+            (tmp_path / "faults.txt").write_text("\n".join(map(str, events)) + "\n")
         if counts["stale"] and set(faults_drawn) & set(NODE_FAULTS):
             # Known and open (issue 29 note): a node back from a pause, or restarted, may
             # serve a block-cache mapping or a staged record of a write it missed while away

@@ -52,6 +52,8 @@ impl Node {
     /// Pulls and keeps every active peer's records, then indexes them with the replayed
     /// copies; false while no peer answered (the worker tries again) unless `give_up`.
     pub async fn catch_up(self: &Arc<Self>, give_up: bool) -> bool {
+        // The absences this pass covers: one after it starts needs another pass.
+        let mark = floe_core::away::Away::global().mark();
         let others = self.others();
         // A node told of no peers has nobody to catch up with.
         let mut answered = others.is_empty() && !self.fleet.expects_peers();
@@ -101,6 +103,18 @@ impl Node {
         for rec in kept {
             self.index(Arc::new(rec));
         }
+        // Back from a freeze: what the fleet freed meanwhile (propagated, deleted, overtaken)
+        // and this node still indexes is dropped, so it neither serves nor propagates it.
+        for r in self
+            .all_dirty()
+            .into_iter()
+            .filter(|r| freed.contains(&r.id))
+        {
+            tracing::info!(id = %r.id, key = %r.key, "dropping a write the fleet freed while this node was away");
+            let (store, id) = (self.store.clone(), r.id);
+            let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
+            self.unindex_id(&r.id, false);
+        }
         if answered {
             tracing::info!(
                 records = seen.len(),
@@ -118,6 +132,7 @@ impl Node {
                 }
                 self.index(r);
             }
+            self.away_mark.store(mark, Ordering::SeqCst);
             self.caught_up_flag.store(true, Ordering::Release);
             self.caught_up.send_replace(true);
             return true;
@@ -127,7 +142,25 @@ impl Node {
 
     /// Whether the node caught up (it is not ready before: see [`Node::wait_caught_up`]).
     pub fn is_caught_up(&self) -> bool {
+        self.notice_away();
         self.caught_up_flag.load(Ordering::Acquire)
+    }
+
+    /// Sends the node back to catching up if this process was away (frozen) since it last
+    /// caught up: the journal copies and frees sent meanwhile may not have reached it.
+    pub(crate) fn notice_away(&self) {
+        let mark = self.away_mark.load(Ordering::SeqCst);
+        let Some(since) = floe_core::away::Away::global().away_since_now(mark) else {
+            return;
+        };
+        if self.caught_up_flag.swap(false, Ordering::AcqRel) {
+            tracing::warn!(
+                since_ms = since,
+                "this node was away: catching up before it answers write-back requests"
+            );
+            self.caught_up.send_replace(false);
+        }
+        self.recatch.notify_one();
     }
 
     /// Waits until the node caught up, at most `wait`: a read served before could answer an

@@ -138,26 +138,9 @@ impl WritebackFilter {
     /// Puts staged write `r` at the origin now, because a later write or delete of its key is
     /// about to go to the origin itself: the older one must land first (or stay acknowledged
     /// and staged when it cannot: then the later request is refused, 503, and changes
-    /// nothing).
+    /// nothing). See [`crate::flush`].
     pub(crate) async fn flush(&self, r: &Arc<Record>) -> Result<(), S3Error> {
-        let origin = origin_of(&self.origins, &self.bucket);
-        let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
-        // After an upload of it under way here (the propagator's) ends; if that one put it at
-        // the origin, or a newer write took it over, there is nothing to flush.
-        let _held = self.node.uploading.lock(&r.bucket, &r.key).await;
-        if !self.node.current(r) {
-            return Ok(());
-        }
-        let uploaded = upload(&self.node, &*origin, r).await;
-        if uploaded.is_ok() || crate::propagate::at_origin(&*origin, r).await {
-            self.node.free_propagated(r).await;
-            return Ok(());
-        }
-        let e = uploaded.err().map(|e| e.to_string()).unwrap_or_default();
-        Err(S3Error::new(
-            S3ErrorCode::SlowDown,
-            format!("an earlier acknowledged write of this key is not at the origin yet: {e}"),
-        ))
+        self.node.flush(r).await
     }
 
     /// Before write `r` goes to the origin itself (`sync`): the staged write before it

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use floe_core::fleet::{Fleet, PeerCall, PeerError, PeerRef, PeerReply, PeerService};
+use floe_core::recent::{RecentMembers, DEPARTED_WAIT};
 use floe_core::versions::Versions;
 use tokio::sync::Notify;
 
@@ -48,6 +49,15 @@ pub struct Node {
     /// flag for the request path (no lock), the channel for those waiting on it.
     pub(crate) caught_up_flag: std::sync::atomic::AtomicBool,
     pub(crate) caught_up: tokio::sync::watch::Sender<bool>,
+    /// The absences of this process handled so far (see [`floe_core::away`]): one after
+    /// them sends the node back to catching up.
+    pub(crate) away_mark: std::sync::atomic::AtomicU64,
+    /// Woken when the node must catch up again (the repair worker waits on it).
+    pub(crate) recatch: Notify,
+    /// The members seen live lately (see [`floe_core::recent`]).
+    pub recent: RecentMembers,
+    /// Origins by bucket, for a flush asked by another node (see [`crate::flush`]).
+    pub origins: std::sync::OnceLock<crate::propagate::Origins>,
 }
 
 impl Node {
@@ -70,6 +80,10 @@ impl Node {
             uploading: crate::uploading::Uploading::default(),
             caught_up_flag: std::sync::atomic::AtomicBool::new(false),
             caught_up: tokio::sync::watch::Sender::new(false),
+            away_mark: std::sync::atomic::AtomicU64::new(floe_core::away::Away::global().mark()),
+            recatch: Notify::new(),
+            recent: RecentMembers::default(),
+            origins: std::sync::OnceLock::new(),
         }
     }
 
@@ -135,6 +149,9 @@ impl Node {
         if let Some(reply) = self.serve_upload(&call).await {
             return reply;
         }
+        if let Some(reply) = self.serve_flush(&call).await {
+            return reply;
+        }
         if let Some(reply) = self.serve_journals(call.method, &call.path).await {
             return reply;
         }
@@ -144,6 +161,14 @@ impl Node {
         {
             return reply;
         }
+        // A write freed because another overtook or deleted it: an upload of it under way
+        // here ends first, so none lands at the origin after the write that follows.
+        // (A write freed because the origin holds it takes no lock: its uploader frees it
+        // while holding its own, and two uploaders of one key would wait on each other.)
+        let _held = match self.superseded_here(&call) {
+            Some(r) => Some(self.uploading.lock(&r.bucket, &r.key).await),
+            None => None,
+        };
         let store = self.store.clone();
         let (method, path) = (call.method, call.path.clone());
         let copy = (method == "PUT" && path == "/journal")
@@ -170,6 +195,17 @@ impl Node {
             }
         }
         reply
+    }
+
+    /// The indexed write a `DELETE /obj?id=I` frees because it was overtaken (not because
+    /// the origin holds it).
+    fn superseded_here(&self, call: &PeerCall) -> Option<Arc<Record>> {
+        let id = call.path.strip_prefix("/obj?id=")?;
+        if call.method != "DELETE" || id.ends_with(AT_ORIGIN) {
+            return None;
+        }
+        let id = crate::id::ObjectId::parse(id)?;
+        self.all_dirty().into_iter().find(|r| r.id == id)
     }
 
     /// Drops write `id` from the index, whatever its key; `at_origin`: it was freed because the
@@ -356,14 +392,37 @@ impl Node {
 
     /// The nodes that may hold a fragment or a journal copy of `r`: its fragment nodes and
     /// every active member.
-    pub fn holders(&self, r: &Record) -> Vec<PeerRef> {
-        let mut out: Vec<PeerRef> = r.placements.iter().map(|p| self.peer_of(p)).collect();
-        for m in self.fleet.ranked(&r.id.to_string()) {
-            if !out.iter().any(|p| p.id == m.id) {
-                out.push(m);
+    pub fn holders(&self, r: &Record) -> Vec<(PeerRef, Duration)> {
+        let mut out: Vec<(PeerRef, Duration)> = r
+            .placements
+            .iter()
+            .map(|p| (self.peer_of(p), CALL_WAIT))
+            .collect();
+        let ranked = self.fleet.ranked(&r.id.to_string());
+        // And the members that left the view lately (a node restarting serves reads before
+        // every view lists it again: see floe_core::recent), waited for briefly.
+        let seen = self.recent.with(ranked);
+        let live = seen.live.into_iter().map(|m| (m, CALL_WAIT));
+        let departed = seen.departed.into_iter().map(|m| (m, DEPARTED_WAIT));
+        for (m, wait) in live.chain(departed) {
+            if !out.iter().any(|(p, _)| p.id == m.id) {
+                out.push((m, wait));
             }
         }
         out
+    }
+
+    /// As [`Node::call`], waiting at most `wait`.
+    pub async fn call_within(
+        self: &Arc<Self>,
+        peer: &PeerRef,
+        call: PeerCall,
+        wait: Duration,
+    ) -> Result<PeerReply, PeerError> {
+        if *peer.id == *self.me() {
+            return Ok(self.serve(call).await);
+        }
+        self.fleet.call(peer, SERVICE, call, wait).await
     }
 
     /// Whether this node propagates `r`: its coordinator does; while the coordinator is not
@@ -401,7 +460,11 @@ impl Node {
     async fn free_as(self: &Arc<Self>, r: &Record, at_origin: bool) {
         let mut set = tokio::task::JoinSet::new();
         let flag = if at_origin { AT_ORIGIN } else { "" };
-        for peer in self.holders(r).into_iter().filter(|p| *p.id != *self.me()) {
+        for (peer, wait) in self
+            .holders(r)
+            .into_iter()
+            .filter(|(p, _)| *p.id != *self.me())
+        {
             let (me, id) = (self.clone(), r.id);
             set.spawn(async move {
                 let call = PeerCall {
@@ -409,12 +472,17 @@ impl Node {
                     path: format!("/obj?id={id}{flag}"),
                     body: bytes::Bytes::new(),
                 };
-                if let Err(e) = me.call(&peer, call).await {
+                if let Err(e) = me.call_within(&peer, call, wait).await {
                     tracing::debug!(%id, node = %peer.id, error = %e, "freeing a fragment failed");
                 }
             });
         }
         while set.join_next().await.is_some() {}
+        // Overtaken: an upload of it under way here ends first (see `serve`).
+        let _held = match at_origin {
+            true => None,
+            false => self.uploading.lock(&r.bucket, &r.key).await,
+        };
         let (store, id) = (self.store.clone(), r.id);
         let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
         self.unindex_id(&id, at_origin);

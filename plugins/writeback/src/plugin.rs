@@ -116,6 +116,7 @@ impl WritebackPlugin {
             .unwrap_or_else(|| Arc::new(Alone(Arc::from("local"))));
         let store = Arc::new(Store::new(fleet.node_id().clone(), fragments, journal));
         let node = Arc::new(Node::new(store.clone(), fleet.clone(), uploads));
+        let _ = node.origins.set(self.origins.clone());
         if let Some(v) = route.shared.get::<Arc<dyn floe_core::versions::Versions>>() {
             let _ = node.versions.set(v.clone());
         }

@@ -126,6 +126,11 @@ impl Propagator {
     /// One pass over this node's dirty writes; returns when the next one is due.
     async fn pass(&self, due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>) -> Duration {
         let mut wait = self.retry_max;
+        // A node catching up (at start, or back from a freeze) may index a write the fleet
+        // freed or overtook meanwhile: nothing goes to the origin before it knows.
+        if !self.node.is_caught_up() {
+            return Duration::from_millis(100);
+        }
         // Superseded writes go first: none may reach the origin after the write that won.
         for r in self.node.take_retired() {
             self.counts.superseded.fetch_add(1, Ordering::Relaxed);
@@ -170,7 +175,7 @@ impl Propagator {
                 // write: a request that put it at the origin first (and maybe deleted or
                 // overwrote it there since) must not see it land again.
                 let _held = node.uploading.lock(&r.bucket, &r.key).await;
-                if !node.current(&r) {
+                if !node.current(&r) || !node.is_caught_up() {
                     return (r, None, false);
                 }
                 let started = floe_core::spans::Started::now();

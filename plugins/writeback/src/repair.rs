@@ -360,10 +360,14 @@ impl BackgroundService for Repairer {
         let mut gone_since = std::collections::HashMap::new();
         let mut checked = std::collections::HashMap::new();
         let mut next_scrub = Instant::now() + self.scrub_every;
-        let (started, mut caught_up) = (Instant::now(), false);
+        // Since when the node has been catching up (at start, or back from away).
+        let mut behind_since: Option<Instant> = Some(Instant::now());
         loop {
-            if !caught_up {
-                caught_up = self.node.catch_up(started.elapsed() >= self.grace).await;
+            if !self.node.is_caught_up() {
+                let since = *behind_since.get_or_insert_with(Instant::now);
+                if self.node.catch_up(since.elapsed() >= self.grace).await {
+                    behind_since = None;
+                }
             }
             let scrub = Instant::now() >= next_scrub;
             if scrub {
@@ -377,6 +381,7 @@ impl BackgroundService for Repairer {
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1).min(self.scrub_every)) => {}
+                _ = self.node.recatch.notified() => {}
                 _ = shutdown.changed() => return,
             }
         }

@@ -388,7 +388,11 @@ impl Node {
         };
         let doc = Bytes::from(doc);
         let mut set = JoinSet::new();
-        for peer in self.holders(r).into_iter().filter(|p| *p.id != *self.me()) {
+        for (peer, wait) in self
+            .holders(r)
+            .into_iter()
+            .filter(|(p, _)| *p.id != *self.me())
+        {
             let (me, body) = (self.clone(), doc.clone());
             set.spawn(async move {
                 let call = PeerCall {
@@ -396,7 +400,7 @@ impl Node {
                     path: "/journal".into(),
                     body,
                 };
-                if let Err(e) = me.call(&peer, call).await {
+                if let Err(e) = me.call_within(&peer, call, wait).await {
                     tracing::debug!(node = %peer.id, error = %e, "journal copy failed");
                 }
             });
