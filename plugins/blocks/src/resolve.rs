@@ -137,6 +137,12 @@ impl BlockFilter {
                 return (Ok(Some((m, true))), None);
             }
         }
+        // A write acknowledged on this node and not at the origin yet is the version, whatever
+        // the owner knows.
+        if let Some(head) = self.origin.local_head(bucket, key) {
+            let m = self.remember(key, Mapping::new(head, class), ticket);
+            return (Ok(Some((m, false))), None);
+        }
         let hint = known.as_ref().map(|m| &m.etag);
         let probe = match self.ask_owner((key, ticket), class, probe, hint).await {
             Ok(done) => return (done, None),

@@ -98,6 +98,14 @@ pub trait OriginReader: Send + Sync {
         Err(OriginError::Status(501))
     }
 
+    /// The version of `key` this node itself decides, without I/O: a write acknowledged here
+    /// and not at the origin yet (write-back's staged write). A cache resolves to it before it
+    /// asks anyone else (an owner that missed the write would answer the version it
+    /// replaced). Default: none.
+    fn local_head(&self, _bucket: &BucketName, _key: &ObjectKey) -> Option<ObjectHead> {
+        None
+    }
+
     /// HEAD of version `version` of `key` (a `versionId` read): `Ok(None)` when the origin has
     /// no such version. Default: not supported (the read passes to the origin).
     async fn head_version(

@@ -66,6 +66,11 @@ impl ByteStream for Empty {
 
 #[async_trait]
 impl OriginReader for StagedOrigin {
+    fn local_head(&self, bucket: &BucketName, key: &ObjectKey) -> Option<ObjectHead> {
+        let staged = self.staged(bucket, key)?;
+        head_of(&staged).ok()
+    }
+
     async fn head(
         &self,
         bucket: &BucketName,
