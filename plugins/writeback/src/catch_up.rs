@@ -182,6 +182,7 @@ mod tests {
     use crate::fragments::Fragments;
     use crate::journal::Journal;
     use crate::service::Store;
+    use floe_core::fleet::PeerCall;
     use std::time::Duration;
 
     fn node(fleet: Arc<dyn floe_core::fleet::Fleet>) -> (tempfile::TempDir, Arc<Node>) {
@@ -228,6 +229,32 @@ mod tests {
         fn expects_peers(&self) -> bool {
             true
         }
+    }
+
+    #[tokio::test]
+    async fn a_repair_dropping_a_fragment_leaves_the_write_indexed_and_a_free_does_not() {
+        let (_dir, node) = node(Arc::new(crate::plugin::Alone(Arc::from("n"))));
+        let r = Arc::new(crate::journal::sample("t/a.parquet", 10, "\"e\"", 1));
+        node.store.journal.keep(&r).unwrap();
+        assert!(node.index(r.clone()));
+        let call = |method, path: String| PeerCall {
+            method,
+            path,
+            body: Bytes::new(),
+        };
+        let dropped = node
+            .serve(call("DELETE", format!("/frag?id={}&idx=0", r.id)))
+            .await;
+        assert_eq!(dropped.status, 200);
+        assert!(
+            node.current(&r),
+            "a repair's fragment removal is not a free"
+        );
+        let freed = node
+            .serve(call("DELETE", format!("/obj?id={}", r.id)))
+            .await;
+        assert_eq!(freed.status, 200);
+        assert!(!node.current(&r));
     }
 
     #[tokio::test]

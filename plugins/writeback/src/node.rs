@@ -184,7 +184,9 @@ impl Node {
         if reply.status == 200 {
             if let Some(r) = copy {
                 self.index(Arc::new(r));
-            } else if method == "DELETE" {
+            } else if method == "DELETE" && path.starts_with("/obj?") {
+                // Only a freed write leaves the index (a repair dropping one fragment with
+                // `DELETE /frag` does not free the write).
                 let id = path
                     .split("id=")
                     .nth(1)
