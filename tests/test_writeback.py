@@ -289,6 +289,15 @@ def test_a_lost_fragment_node_and_a_corrupt_fragment_are_rebuilt_while_the_write
         wait_until("the scrub to rebuild the corrupt fragment",
                    lambda: nodes[0].admin("GET", "/writeback")["repairs"] > before, timeout=30)
         assert frag.read_bytes() != bytes(raw)
+        # So is a flipped byte in a fragment's header (its geometry), which no shard CRC covers.
+        healed = frag.read_bytes()
+        raw = bytearray(healed)
+        raw[20] ^= 0x01
+        frag.write_bytes(bytes(raw))
+        before = nodes[0].admin("GET", "/writeback")["repairs"]
+        wait_until("the scrub to rebuild the fragment with a bad header",
+                   lambda: nodes[0].admin("GET", "/writeback")["repairs"] > before, timeout=30)
+        assert frag.read_bytes() == healed
         # Lose another holder: k intact fragments remain, all of them checked.
         second = next(nd for nd in live[1:] if nd.name in holders())
         second.kill()

@@ -55,6 +55,12 @@ impl Node {
         }
         for p in &r.placements {
             counts.examined.fetch_add(1, Ordering::Relaxed);
+            // The header first: a fragment whose header lies (or fails its CRC) is not this
+            // write's, whatever its shards say.
+            if !self.header_of(r, p.index).await {
+                bad.insert(p.index);
+                continue;
+            }
             for j in 0..g.stripes().max(1) {
                 let shard = if g.stripes() == 0 {
                     None
@@ -185,6 +191,33 @@ impl Node {
         }
         next.placements.sort_by_key(|p| p.index);
         Some(next)
+    }
+
+    /// Whether fragment `index` of `r` has an intact header naming `r`'s geometry, id and
+    /// this index (false when it cannot be read).
+    async fn header_of(self: &Arc<Self>, r: &Record, index: u8) -> bool {
+        let Some(p) = r.placements.iter().find(|p| p.index == index) else {
+            return false;
+        };
+        let path = format!(
+            "/frag?id={}&idx={index}&off=0&len={}",
+            r.id,
+            codec::HEADER_LEN
+        );
+        let call = PeerCall {
+            method: "GET",
+            path,
+            body: Bytes::new(),
+        };
+        let Ok(reply) = self.call(&self.peer_of(p), call).await else {
+            return false;
+        };
+        match codec::parse_header(&reply.body) {
+            Ok((geo, i, id)) if reply.status == 200 => {
+                geo == r.geometry && i == index && id == *r.id.bytes()
+            }
+            _ => false,
+        }
     }
 
     async fn shard_of(self: &Arc<Self>, r: &Record, index: u8, j: u64) -> Option<Bytes> {
