@@ -132,7 +132,7 @@ impl BlockCache {
     ) -> Result<Arc<Self>, OpenError> {
         let classifier = Classifier::new(settings.rules.clone())?;
         // Read before the store opens: a stamp says until when the last run was up.
-        let persisted = settings.meta.disk_bytes > 0;
+        let persisted = settings.meta.disk_bytes > 0 && settings.meta.disk_dir.exists();
         let stamp = crate::missed::read_stamp(&settings.meta.disk_dir);
         let data_stats = StoreStats::default();
         let meta_stats = StoreStats::default();

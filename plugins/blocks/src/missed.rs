@@ -6,11 +6,12 @@
 //! So every node keeps the forgets it sent or applied for [`KEEP`] ([`ForgetLog`]), and a node
 //! back from away asks every peer for those since it left (`GET /v1/x/blocks/missed?since=MS`,
 //! answered with [`Missed`]) and applies them before it answers a read: at its first request
-//! after a freeze ([`floe_core::away`]), and after a restart from the time its last
-//! [`ALIVE_FILE`] stamp says it was up. When no answering peer's log reaches back that far
+//! after a freeze ([`floe_core::away`]); after a restart, from the time its last
+//! [`ALIVE_FILE`] stamp says it was up, before it uses a mapping it persisted (not ready
+//! meanwhile, at most [`BOOT_GRACE`]). When no answering peer's log reaches back that far
 //! (down longer than [`KEEP`], or the peers restarted since), the node does not trust a mapping
 //! it persisted before: it resolves each key again once (its cached blocks, keyed by ETag,
-//! still serve when the version is the same).
+//! still serve when the version is the same). One node alone (no fleet) missed nothing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -126,13 +127,38 @@ impl Missed {
     }
 }
 
+/// How long a restarted node waits for a peer to answer what it missed before it gives up on
+/// its persisted mappings (and becomes ready): longer than gossip takes to find the seeds.
+pub const BOOT_GRACE: Duration = Duration::from_secs(10);
+
+/// What the peers answered to "what did I miss?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// The node has no peers and expects none: nobody wrote through another node.
+    Alone,
+    /// No peer answered (none in the view yet, or none reachable).
+    Nobody,
+    /// One answering peer's log reached back far enough: the node heard everything.
+    Whole,
+    /// Peers answered, none remembering that far back.
+    Partial,
+}
+
 /// Whether this node must hear what it missed before it answers a read.
 pub struct Returning {
     /// The absences of this process handled so far ([`floe_core::away`]).
     away_mark: AtomicU64,
-    /// Restarted: wall-clock ms of the last stamp before (0 when there was none).
-    boot_since: Mutex<Option<u64>>,
+    /// Restarted over mappings an earlier run persisted: wall-clock ms of its last stamp
+    /// (0 when it left none). Until the peers answered, no persisted mapping is used and the
+    /// node is not ready.
+    boot_since: u64,
+    /// The metadata tier may hold mappings of an earlier run.
+    persisted: bool,
+    /// Armed when the node joins a fleet ([`Returning::in_fleet`]): one node alone missed
+    /// nothing.
+    armed: std::sync::Once,
     boot_pending: AtomicBool,
+    booted: std::time::Instant,
     /// A mapping persisted before this start is not trusted (see the module doc).
     distrust_persisted: AtomicBool,
     /// One catch-up at a time; the others wait for it.
@@ -140,27 +166,45 @@ pub struct Returning {
 }
 
 impl Returning {
-    /// The state of a cache opened now; `stamp`: the [`ALIVE_FILE`] found on disk.
+    /// The state of a cache opened now; `stamp`: the [`ALIVE_FILE`] found on disk;
+    /// `persisted`: the metadata tier may hold mappings of an earlier run (a fresh cache has
+    /// nothing it could have missed).
     pub fn at_boot(stamp: Option<u64>, persisted: bool) -> Self {
         Self {
             away_mark: AtomicU64::new(Away::global().mark()),
-            boot_pending: AtomicBool::new(persisted),
-            boot_since: Mutex::new(persisted.then_some(stamp.unwrap_or(0))),
+            boot_since: stamp.unwrap_or(0),
+            persisted,
+            armed: std::sync::Once::new(),
+            boot_pending: AtomicBool::new(false),
+            booted: std::time::Instant::now(),
             distrust_persisted: AtomicBool::new(false),
             flight: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Whether persisted mappings may be used.
+    /// Whether persisted mappings may be used: not while a restarted node has not heard
+    /// what it missed, nor after no peer could tell it.
     pub fn trusts_persisted(&self) -> bool {
-        !self.distrust_persisted.load(Ordering::Relaxed)
+        !self.boot_pending.load(Ordering::Acquire)
+            && !self.distrust_persisted.load(Ordering::Relaxed)
     }
 
-    /// Since when (wall-clock ms) this node missed forgets it has not asked for yet.
-    fn pending(&self) -> Option<u64> {
-        if self.boot_pending.load(Ordering::Acquire) {
-            return self.boot_since.lock().ok().and_then(|s| *s);
-        }
+    /// Why the node is not ready yet, if it is a restarted one that has not heard.
+    pub fn not_ready(&self) -> Option<String> {
+        self.boot_pending
+            .load(Ordering::Acquire)
+            .then(|| "asking the fleet which keys changed while this node was down".to_owned())
+    }
+
+    /// The node is in a fleet: if it restarted over persisted mappings, it must hear what it
+    /// missed before it uses them (called before it serves; only the first call counts).
+    pub(crate) fn in_fleet(&self) {
+        self.armed
+            .call_once(|| self.boot_pending.store(self.persisted, Ordering::Release));
+    }
+
+    /// When this process went away (frozen) since the node last asked, if it did.
+    fn away(&self) -> Option<u64> {
         Away::global().away_since_now(self.away_mark.load(Ordering::SeqCst))
     }
 }
@@ -175,30 +219,50 @@ pub struct CatchUp {
 }
 
 impl CatchUp {
-    /// Before a read is answered: when this node was away, asks its peers what it missed and
-    /// applies it (once; concurrent reads wait for that one). Cheap otherwise: two atomic
-    /// loads and a clock read.
+    /// Before a read is answered: when this process was away (frozen), asks its peers what
+    /// it missed and applies it (once; concurrent reads wait for that one). Cheap otherwise:
+    /// two atomic loads and a clock read. (A restart is [`CatchUp::at_boot`]'s.)
     pub async fn before_read(&self) {
         let returning = &self.cache.returning;
-        if returning.pending().is_none() {
+        if returning.away().is_none() {
             return;
         }
         let _one = returning.flight.lock().await;
         let mark = Away::global().mark();
-        let Some(since) = returning.pending() else {
+        let Some(since) = returning.away() else {
             return;
         };
-        let whole = self.pull(since.saturating_sub(SLACK_MS)).await;
-        if returning.boot_pending.swap(false, Ordering::AcqRel) && !whole {
-            tracing::warn!(since_ms = since, "no peer remembers every key forgotten since this node last ran: its persisted mappings are resolved again");
-            returning.distrust_persisted.store(true, Ordering::Relaxed);
-        }
+        // Whatever is heard: a peer that does not answer retries its forgets.
+        self.pull(since.saturating_sub(SLACK_MS)).await;
         returning.away_mark.store(mark, Ordering::SeqCst);
     }
 
-    /// Asks every peer for the forgets since `since` and applies them; whether one peer's log
-    /// was whole that far (or the node has no peers: nobody took a write through the fleet).
-    async fn pull(&self, since: u64) -> bool {
+    /// A restarted node asks its peers what changed since its last stamp (the alive worker
+    /// calls this each second until it is done): done once a peer answered, or after
+    /// [`BOOT_GRACE`] with none; when no answer reached back that far, its persisted
+    /// mappings are not used.
+    pub async fn at_boot(&self) {
+        let returning = &self.cache.returning;
+        if !returning.boot_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let _one = returning.flight.lock().await;
+        let since = returning.boot_since;
+        let trust = match self.pull(since.saturating_sub(SLACK_MS)).await {
+            Heard::Alone | Heard::Whole => true,
+            Heard::Partial => false,
+            Heard::Nobody if returning.booted.elapsed() >= BOOT_GRACE => false,
+            Heard::Nobody => return,
+        };
+        if !trust {
+            tracing::warn!(since_ms = since, "no peer remembers every key forgotten since this node last ran: its persisted mappings are resolved again");
+            returning.distrust_persisted.store(true, Ordering::Relaxed);
+        }
+        returning.boot_pending.store(false, Ordering::Release);
+    }
+
+    /// Asks every peer for the forgets since `since` and applies them; what they answered.
+    async fn pull(&self, since: u64) -> Heard {
         let others = self.fleet.others();
         // A node told of no peers has nobody who could have written meanwhile.
         let alone = others.is_empty() && !self.fleet.expects_peers();
@@ -233,7 +297,12 @@ impl CatchUp {
             since_ms = since,
             "asked the fleet what this node missed while away"
         );
-        alone || answers.iter().any(|m| m.whole)
+        match answers.is_empty() {
+            true if alone => Heard::Alone,
+            true => Heard::Nobody,
+            false if answers.iter().any(|m| m.whole) => Heard::Whole,
+            false => Heard::Partial,
+        }
     }
 }
 
@@ -255,7 +324,7 @@ impl pingora::services::background::BackgroundService for Alive {
                 .ok()
                 .and_then(|r| r.values().find_map(|f| f.catch_up.clone()));
             if let Some(c) = catch_up {
-                c.before_read().await;
+                c.at_boot().await;
             }
             if !self.cache.returning.boot_pending.load(Ordering::Acquire) {
                 let dir = dir.clone();

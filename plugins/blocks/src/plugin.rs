@@ -133,6 +133,7 @@ impl Plugin for BlocksPlugin {
             .ok_or("the blocks filter needs a route bucket")?;
         let mut filter = BlockFilter::new(cache, origin, bucket.as_str());
         if let Some(fleet) = route.shared.get::<Arc<dyn Fleet>>() {
+            filter.cache.returning.in_fleet();
             filter = filter.in_fleet(fleet.clone());
             filter.catch_up = Some(crate::missed::CatchUp {
                 cache: filter.cache.clone(),
@@ -163,6 +164,10 @@ impl Plugin for BlocksPlugin {
                 routes: self.routes.clone(),
             }));
         }
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        self.cache.as_ref()?.returning.not_ready()
     }
 
     fn admin(&self) -> Option<Arc<dyn AdminHandler>> {
