@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use floe_core::away::{wall_ms, Away};
 use floe_core::fleet::{Fleet, PeerCall};
+use floe_core::recent::DEPARTED_WAIT;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::BlockCache;
@@ -263,15 +264,19 @@ impl CatchUp {
 
     /// Asks every peer for the forgets since `since` and applies them; what they answered.
     async fn pull(&self, since: u64) -> Heard {
-        let others = self.fleet.others();
+        // The view and the members seen lately: a node back from a freeze often finds its
+        // own view empty (it heard no gossip while frozen), yet its peers are all there.
+        let seen = self.cache.recipients.with(self.fleet.others());
+        let live = seen.live.into_iter().map(|p| (p, TELL_WAIT));
+        let others: Vec<_> = live
+            .chain(seen.departed.into_iter().map(|p| (p, DEPARTED_WAIT)))
+            .collect();
         // A node told of no peers has nobody who could have written meanwhile.
         let alone = others.is_empty() && !self.fleet.expects_peers();
-        let asks = others.into_iter().map(|peer| {
+        let asks = others.into_iter().map(|(peer, wait)| {
             let fleet = self.fleet.clone();
             async move {
-                let reply = fleet
-                    .call(&peer, SERVICE, Missed::ask(since), TELL_WAIT)
-                    .await;
+                let reply = fleet.call(&peer, SERVICE, Missed::ask(since), wait).await;
                 let reply = reply.ok().filter(|r| r.status == 200)?;
                 serde_json::from_slice::<Missed>(&reply.body).ok()
             }
