@@ -13,7 +13,7 @@ if [ ! -x "$FLOE_CACHE/venv/bin/python" ]; then
   python3 -m venv "$FLOE_CACHE/venv"
 fi
 PY="$FLOE_CACHE/venv/bin/python"
-if ! "$PY" -c "import boto3, duckdb, duckdb_extension_iceberg, pyiceberg, polars, pyarrow, pytest, awscli, jsonschema, chdb" 2>/dev/null; then
+if ! "$PY" -c "import boto3, duckdb, duckdb_extension_iceberg, pyiceberg, polars, pyarrow, pytest, awscli, jsonschema, chdb, pytest_timeout" 2>/dev/null; then
   # Two steps: one pip call with pyiceberg's extras backtracks for minutes.
   "$PY" -m pip install -q boto3 awscli pytest
   "$PY" -m pip install -q -r tests/requirements.txt

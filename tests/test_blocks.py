@@ -28,7 +28,8 @@ def cached(minio, tmp_path_factory):
     relay.down()
 
 
-def get(port, key, rng=None, http=urllib3.PoolManager(maxsize=32, retries=False), host="127.0.0.1"):
+def get(port, key, rng=None, host="127.0.0.1",
+        http=urllib3.PoolManager(maxsize=32, retries=False, timeout=urllib3.Timeout(connect=5, read=60))):
     url = f"http://{host}:{port}/{BUCKET}/{key}"
     headers = {"Range": rng} if rng else {}
     req = sign("GET", url, headers=headers)

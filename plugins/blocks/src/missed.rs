@@ -233,9 +233,36 @@ impl CatchUp {
         let Some(since) = returning.away() else {
             return;
         };
-        // Whatever is heard: a peer that does not answer retries its forgets.
-        self.pull(since.saturating_sub(SLACK_MS)).await;
+        match self.pull(since.saturating_sub(SLACK_MS)).await {
+            Heard::Alone | Heard::Whole => {}
+            // Nobody could say what changed meanwhile: nothing resolved before is trusted.
+            Heard::Nobody | Heard::Partial => self.forget_everything(since),
+        }
         returning.away_mark.store(mark, Ordering::SeqCst);
+    }
+
+    /// Drops every mapping of every route (memory; persisted ones are not trusted after a
+    /// drop of everything): each key is resolved again once, its blocks (keyed by ETag) still
+    /// serve when the version is the same.
+    fn forget_everything(&self, since: u64) {
+        let Some(routes) = self.routes.upgrade() else {
+            return;
+        };
+        let dropped: usize = routes
+            .read()
+            .map(|r| r.values().map(|f| f.invalidate_prefix("")).sum())
+            .unwrap_or(0);
+        tracing::warn!(
+            since_ms = since,
+            dropped,
+            "no peer could say which keys changed while this node was away: every mapping is resolved again"
+        );
+    }
+
+    /// Notes the view's members now, so a node back from a freeze (its view emptied by the
+    /// silence) still knows whom to ask. The alive worker calls this every second.
+    pub fn note_members(&self) {
+        self.cache.recipients.with(self.fleet.others());
     }
 
     /// A restarted node asks its peers what changed since its last stamp (the alive worker
@@ -311,8 +338,9 @@ impl CatchUp {
     }
 }
 
-/// The "floe-cache-alive" worker: stamps [`ALIVE_FILE`] every second once the node heard
-/// what it missed since its last run (it asks at once rather than at its first read).
+/// The "floe-cache-alive" worker: every second, notes the fleet's members
+/// ([`CatchUp::note_members`]) and, with a disk tier, stamps [`ALIVE_FILE`] once the node
+/// heard what it missed since its last run (it asks at once rather than at its first read).
 pub struct Alive {
     pub(crate) cache: Arc<BlockCache>,
     pub(crate) routes: Arc<RwLock<std::collections::HashMap<String, Arc<BlockFilter>>>>,
@@ -329,9 +357,11 @@ impl pingora::services::background::BackgroundService for Alive {
                 .ok()
                 .and_then(|r| r.values().find_map(|f| f.catch_up.clone()));
             if let Some(c) = catch_up {
+                c.note_members();
                 c.at_boot().await;
             }
-            if !self.cache.returning.boot_pending.load(Ordering::Acquire) {
+            let stamps = self.cache.settings.meta.disk_bytes > 0;
+            if stamps && !self.cache.returning.boot_pending.load(Ordering::Acquire) {
                 let dir = dir.clone();
                 let written = tokio::task::spawn_blocking(move || write_stamp(&dir)).await;
                 if let Ok(Err(e)) = written {

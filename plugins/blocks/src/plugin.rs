@@ -183,15 +183,13 @@ impl Plugin for BlocksPlugin {
             "floe-cache-settle",
             SettleOnShutdown(cache.clone()),
         ))];
-        if cache.settings.meta.disk_bytes > 0 {
-            workers.push(Box::new(background_service(
-                "floe-cache-alive",
-                crate::missed::Alive {
-                    cache,
-                    routes: self.routes.clone(),
-                },
-            )));
-        }
+        workers.push(Box::new(background_service(
+            "floe-cache-alive",
+            crate::missed::Alive {
+                cache,
+                routes: self.routes.clone(),
+            },
+        )));
         workers
     }
 }
