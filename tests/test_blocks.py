@@ -28,8 +28,9 @@ def cached(minio, tmp_path_factory):
     relay.down()
 
 
-def get(port, key, rng=None, host="127.0.0.1",
-        http=urllib3.PoolManager(maxsize=32, retries=False, timeout=urllib3.Timeout(connect=5, read=60))):
+def get(port, key, rng=None,
+        http=urllib3.PoolManager(maxsize=32, retries=False, timeout=urllib3.Timeout(connect=5, read=60)),
+        host="127.0.0.1"):
     url = f"http://{host}:{port}/{BUCKET}/{key}"
     headers = {"Range": rng} if rng else {}
     req = sign("GET", url, headers=headers)
