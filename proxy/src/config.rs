@@ -317,10 +317,12 @@ pub struct RouteSection {
     #[allow(dead_code)] // accepted here, read by the plugin from the same text
     #[schemars(with = "Option<floe_writeback::config::RouteSection>")]
     pub writeback: Option<serde::de::IgnoredAny>,
-    /// Carry bucket-level operations to the origin: CreateBucket, DeleteBucket and
-    /// Get/PutBucketVersioning. Default `false`: they answer 501 NotImplemented, because a
-    /// cache in front of buckets should not create or delete them unless its operator says so.
-    /// (HeadBucket, GetBucketLocation and ListMultipartUploads are always carried.)
+    /// Carry bucket-level operations to the origin: CreateBucket, DeleteBucket,
+    /// Get/PutBucketVersioning and the bucket's configuration (`floe_core::subresource`:
+    /// lifecycle, policy, tags, ACL, CORS, encryption, object lock, ...). Default `false`: they
+    /// answer 501 NotImplemented, because a cache in front of buckets should not create,
+    /// delete or reconfigure them unless its operator says so. (HeadBucket, GetBucketLocation
+    /// and ListMultipartUploads are always carried, and so is an object's own configuration.)
     #[serde(default)]
     pub bucket_operations: bool,
 }

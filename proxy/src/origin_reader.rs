@@ -32,6 +32,18 @@ const REPLAYED: &[&str] = &[
     "x-amz-version-id",
     "x-amz-storage-class",
     "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-bucket-key-enabled",
+    "x-amz-website-redirect-location",
+    // What an object's configuration adds (a change of it drops the cached answer:
+    // floe_core::subresource): tags, lock, hold, lifecycle expiry, restore, replication.
+    "x-amz-tagging-count",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date",
+    "x-amz-object-lock-legal-hold",
+    "x-amz-expiration",
+    "x-amz-restore",
+    "x-amz-replication-status",
 ];
 const IDLE: Option<Duration> = Some(Duration::from_secs(60));
 

@@ -259,39 +259,62 @@ impl BlockFilter {
         });
     }
 
-    /// The keys a write request changes at the origin (its key and the name a folding origin
-    /// gives it; a DeleteObjects' keys once its body was read); `None`: not a write.
-    fn written_keys(&self, ctx: &FilterCtx) -> Option<Vec<String>> {
-        match ctx.op {
+    /// What a write request changes at the origin: its key and the name a folding origin
+    /// gives it (a write, a delete, a change of the object's tags, retention, ...), a
+    /// DeleteObjects' keys once its body was read, or every key of the bucket (a lifecycle
+    /// rule: each HEAD's `x-amz-expiration`); `None`: not a write.
+    fn written(&self, ctx: &FilterCtx) -> Option<Forget> {
+        let keys = match ctx.op {
             S3Op::PutObject
             | S3Op::CopyObject
             | S3Op::DeleteObject
-            | S3Op::CompleteMultipartUpload => {
-                let key = ctx.key.as_ref()?;
-                let mut keys = vec![key.as_str().to_owned()];
-                keys.extend(key.folded().map(|k| k.as_str().to_owned()));
-                Some(keys)
+            | S3Op::CompleteMultipartUpload => self.key_names(ctx)?,
+            S3Op::Config(c) if c.changes_object_answers() => self.key_names(ctx)?,
+            S3Op::Config(c) if c.changes_bucket_answers() => {
+                return Some(Forget {
+                    every: true,
+                    ..Forget::keys(&self.bucket_key, Vec::new())
+                });
             }
-            S3Op::DeleteObjects => ctx.ext.get::<DeleteKeys>().map(|k| k.0.clone()),
-            _ => None,
-        }
+            S3Op::DeleteObjects => ctx.ext.get::<DeleteKeys>()?.0.clone(),
+            _ => return None,
+        };
+        Some(Forget::keys(&self.bucket_key, keys))
     }
 
-    /// Drops `keys` here and on every other member; in a fleet, returns once every member
+    /// The request's key and the name a folding origin gives it.
+    fn key_names(&self, ctx: &FilterCtx) -> Option<Vec<String>> {
+        let key = ctx.key.as_ref()?;
+        let mut keys = vec![key.as_str().to_owned()];
+        keys.extend(key.folded().map(|k| k.as_str().to_owned()));
+        Some(keys)
+    }
+
+    /// Drops what `forget` names here (memory; persisted mappings too, or distrusted).
+    fn apply(&self, forget: &Forget) {
+        if forget.every {
+            self.invalidate_prefix("");
+        }
+        forget.keys.iter().for_each(|k| self.invalidate(k));
+    }
+
+    /// Drops `keys` here and on every other member (see [`BlockFilter::tell_everywhere`]).
+    pub(crate) async fn forget_everywhere(&self, keys: Vec<String>) {
+        self.tell_everywhere(Forget::keys(&self.bucket_key, keys))
+            .await;
+    }
+
+    /// Applies `forget` here and on every other member; in a fleet, returns once every member
     /// confirmed (or [`crate::forget::TELL_WAIT`] passed), twice over (see
     /// [`crate::forget::tell_fleet`] for why one round is not enough).
-    pub(crate) async fn forget_everywhere(&self, keys: Vec<String>) {
+    async fn tell_everywhere(&self, forget: Forget) {
         let Some(fleet) = &self.fleet else {
-            keys.iter().for_each(|k| self.invalidate(k));
+            self.apply(&forget);
             return;
-        };
-        let forget = Forget {
-            bucket: self.bucket_key.to_string(),
-            keys,
         };
         self.cache.forgets.record(&forget);
         for _round in 0..2 {
-            forget.keys.iter().for_each(|k| self.invalidate(k));
+            self.apply(&forget);
             let missed = tell_fleet(fleet, &self.cache.recipients, &forget).await;
             if missed > 0 {
                 tracing::warn!(missed, "members not told of a write in time: retrying");
@@ -325,9 +348,12 @@ impl RequestFilter for BlockFilter {
             S3Op::PutObject
             | S3Op::CopyObject
             | S3Op::DeleteObject
-            | S3Op::CompleteMultipartUpload => {
-                for k in self.written_keys(ctx).unwrap_or_default() {
-                    self.invalidate(&k);
+            | S3Op::CompleteMultipartUpload
+            | S3Op::Config(_)
+                if self.written(ctx).is_some() =>
+            {
+                if let Some(forget) = self.written(ctx) {
+                    self.apply(&forget);
                 }
                 if let Some(k) = &ctx.key {
                     let query = session.req_header().uri.query().unwrap_or("");
@@ -388,19 +414,19 @@ impl RequestFilter for BlockFilter {
         resp: &mut ResponseHeader,
         ctx: &mut FilterCtx,
     ) -> Result<(), S3Error> {
-        let Some(keys) = self.written_keys(ctx) else {
+        let Some(forget) = self.written(ctx) else {
             return Ok(());
         };
         // A 4xx changed nothing; a 5xx may have committed before failing.
         if !(400..500).contains(&resp.status.as_u16()) {
-            self.forget_everywhere(keys).await;
+            self.tell_everywhere(forget).await;
         }
         ctx.ext.insert(Told);
         Ok(())
     }
 
     fn logging(&self, ctx: &FilterCtx, status: u16) {
-        if let Some(keys) = self.written_keys(ctx) {
+        if let Some(forget) = self.written(ctx) {
             // Told: the keys were dropped everywhere before the answer, and resolves that
             // crossed those drops kept nothing; dropping again now, after the client has its
             // answer, would only throw away what reads resolved since (the control plane's warm
@@ -411,7 +437,7 @@ impl RequestFilter for BlockFilter {
             let refused = ctx.answered_by.is_none() && (400..500).contains(&status);
             if !told && !refused {
                 let me = self.clone();
-                tokio::spawn(async move { me.forget_everywhere(keys).await });
+                tokio::spawn(async move { me.tell_everywhere(forget).await });
             }
         }
         if ctx.op == S3Op::DeleteObjects {

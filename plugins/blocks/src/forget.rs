@@ -48,6 +48,10 @@ pub struct Forget {
     pub bucket: String,
     /// The keys (decoded).
     pub keys: Vec<String>,
+    /// Every key of the bucket (a lifecycle rule changed what each HEAD answers). Left out
+    /// when false, so members of an earlier release still read the message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every: bool,
 }
 
 impl Forget {
@@ -58,6 +62,36 @@ impl Forget {
             path: FORGET_PATH.to_owned(),
             body: serde_json::to_vec(self).unwrap_or_default().into(),
         }
+    }
+
+    /// A forget of `keys` of `bucket`.
+    pub fn keys(bucket: &str, keys: Vec<String>) -> Self {
+        Self {
+            bucket: bucket.to_owned(),
+            keys,
+            every: false,
+        }
+    }
+
+    /// Applies it on this node (memory and persisted), whether or not a stage for the
+    /// bucket was built here yet.
+    pub(crate) fn apply_here(
+        &self,
+        cache: &BlockCache,
+        routes: &RwLock<HashMap<String, Arc<BlockFilter>>>,
+    ) -> usize {
+        if self.every {
+            // A persisted mapping of a route dropped whole is not trusted again.
+            let route = routes
+                .read()
+                .ok()
+                .and_then(|r| r.get(&self.bucket).cloned());
+            return route.map_or(0, |f| f.invalidate_prefix(""));
+        }
+        for key in &self.keys {
+            forget_here(cache, routes, &self.bucket, key);
+        }
+        self.keys.len()
     }
 
     /// Reads one from a call; `Err` names what is wrong.
@@ -105,9 +139,7 @@ impl PeerService for ForgetService {
         match Forget::decode(&call) {
             Ok(f) => {
                 self.cache.forgets.record(&f);
-                for k in &f.keys {
-                    forget_here(&self.cache, &self.routes, &f.bucket, k);
-                }
+                f.apply_here(&self.cache, &self.routes);
                 PeerReply {
                     status: 204,
                     body: bytes::Bytes::new(),
@@ -137,7 +169,9 @@ static RETRYING: AtomicUsize = AtomicUsize::new(0);
 /// every view lists it again.
 pub async fn tell_fleet(fleet: &Arc<dyn Fleet>, recent: &RecentMembers, forget: &Forget) -> usize {
     let seen = recent.with(fleet.others());
-    if (seen.live.is_empty() && seen.departed.is_empty()) || forget.keys.is_empty() {
+    if (seen.live.is_empty() && seen.departed.is_empty())
+        || (forget.keys.is_empty() && !forget.every)
+    {
         return 0;
     }
     tell_round(fleet, &forget.call(), seen).await
@@ -205,16 +239,16 @@ mod tests {
 
     #[test]
     fn a_forget_round_trips_and_junk_is_refused() {
-        let f = Forget {
-            bucket: "lake".into(),
-            keys: vec!["t/data/a.parquet".into(), "a//b".into()],
+        let f = Forget::keys("lake", vec!["t/data/a.parquet".into(), "a//b".into()]);
+        assert_eq!(Forget::decode(&f.call()), Ok(f.clone()));
+        // A forget of keys reads as an earlier release wrote it.
+        assert!(!String::from_utf8_lossy(&f.call().body).contains("every"));
+        let every = Forget {
+            every: true,
+            ..Forget::keys("lake", Vec::new())
         };
-        assert_eq!(Forget::decode(&f.call()), Ok(f));
-        let mut bad = Forget {
-            bucket: "b".into(),
-            keys: vec![],
-        }
-        .call();
+        assert_eq!(Forget::decode(&every.call()), Ok(every));
+        let mut bad = Forget::keys("b", Vec::new()).call();
         bad.body = bytes::Bytes::from_static(b"{\"bucket\":\"b\",\"keys\":[],\"x\":1}");
         assert!(Forget::decode(&bad).is_err());
         bad.path = "/other".into();

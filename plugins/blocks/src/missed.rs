@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::BlockCache;
 use crate::filter::BlockFilter;
-use crate::forget::{forget_here, Forget, SERVICE, TELL_WAIT};
+use crate::forget::{Forget, SERVICE, TELL_WAIT};
 
 /// How long a node keeps the forgets it sent or applied: as long as a sender retries one.
 pub const KEEP: Duration = crate::forget::RETRY_FOR;
@@ -317,10 +317,7 @@ impl CatchUp {
         let mut applied = 0;
         for forget in answers.iter().flat_map(|m| &m.forgets) {
             if let Some(routes) = &routes {
-                for key in &forget.keys {
-                    forget_here(&self.cache, routes, &forget.bucket, key);
-                    applied += 1;
-                }
+                applied += forget.apply_here(&self.cache, routes);
             }
         }
         tracing::info!(
@@ -397,10 +394,7 @@ mod tests {
     use super::*;
 
     fn forget(key: &str) -> Forget {
-        Forget {
-            bucket: "lake".into(),
-            keys: vec![key.into()],
-        }
+        Forget::keys("lake", vec![key.into()])
     }
 
     #[test]

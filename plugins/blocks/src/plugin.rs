@@ -207,10 +207,7 @@ impl Versions for BlockVersions {
         // The other members resolved it too (through its owner): they are told as well.
         let route = self.routes.read().ok().and_then(|r| r.get(bucket).cloned());
         if let Some(fleet) = route.and_then(|f| f.fleet.clone()) {
-            let forget = Forget {
-                bucket: bucket.to_owned(),
-                keys: vec![key.to_owned()],
-            };
+            let forget = Forget::keys(bucket, vec![key.to_owned()]);
             self.cache.forgets.record(&forget);
             let cache = self.cache.clone();
             tokio::spawn(async move { tell_fleet(&fleet, &cache.recipients, &forget).await });

@@ -23,6 +23,7 @@ pub mod plugin;
 pub mod range;
 pub mod recent;
 pub mod spans;
+pub mod subresource;
 pub mod trace;
 mod types;
 pub mod uri;

@@ -1,6 +1,8 @@
 //! Which S3 operation a request is, from its method, path shape and query. Used for metrics
 //! labels, for deciding retry safety, and for refusing what Floe does not carry.
 
+use crate::subresource::ConfigOp;
+
 /// An S3 operation Floe knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(missing_docs)]
@@ -29,6 +31,9 @@ pub enum S3Op {
     DeleteBucket,
     GetBucketVersioning,
     PutBucketVersioning,
+    /// An object's or a bucket's configuration (`?tagging`, `?lifecycle`, ...): carried to
+    /// the origin as it is ([`crate::subresource`]).
+    Config(ConfigOp),
     /// Anything else: refused with 501 NotImplemented.
     Unsupported,
 }
@@ -71,9 +76,14 @@ impl S3Op {
         S3Op::ListObjectsV2,
     ];
 
-    /// The operation named `name` as S3 spells it (`GetObject`), if Floe carries it.
+    /// The operation named `name` as S3 spells it (`GetObject`, `PutObjectTagging`), if Floe
+    /// carries it.
     pub fn from_name(name: &str) -> Option<S3Op> {
-        Self::ALL.into_iter().find(|op| op.as_str() == name)
+        let config = ConfigOp::all().map(S3Op::Config);
+        Self::ALL
+            .into_iter()
+            .chain(config)
+            .find(|op| op.as_str() == name)
     }
 
     /// Classifies a request. `query` is the raw query string; `has_key` says whether the
@@ -98,7 +108,11 @@ impl S3Op {
                 Unsupported
             };
         }
+        let config = |on_object| ConfigOp::classify(on_object, method, query);
         if !has_key {
+            if let Some(op) = config(false) {
+                return op.map_or(Unsupported, Config);
+            }
             return match method {
                 "HEAD" => HeadBucket,
                 "GET" if q("location") => GetBucketLocation,
@@ -109,27 +123,28 @@ impl S3Op {
                 "GET" if q("versions") => ListObjectVersions,
                 "GET" if q("uploads") => ListMultipartUploads,
                 "GET" if q("list-type") => ListObjectsV2,
-                "GET" if bucket_subresource(query) => Unsupported,
                 "GET" => ListObjects,
                 "POST" if q("delete") => DeleteObjects,
                 _ => Unsupported,
             };
         }
+        if !q("uploadId") {
+            if let Some(op) = config(true) {
+                return op.map_or(Unsupported, Config);
+            }
+        }
         match method {
             "GET" if q("uploadId") => ListParts,
             "GET" if q("attributes") => GetObjectAttributes,
-            "GET" if object_subresource(query) => Unsupported,
             "GET" => GetObject,
             "HEAD" => HeadObject,
             "PUT" if q("partNumber") && q("uploadId") && copy_source => UploadPartCopy,
             "PUT" if q("partNumber") && q("uploadId") => UploadPart,
-            "PUT" if object_subresource(query) => Unsupported,
             "PUT" if copy_source => CopyObject,
             "PUT" => PutObject,
             "POST" if q("uploads") => CreateMultipartUpload,
             "POST" if q("uploadId") => CompleteMultipartUpload,
             "DELETE" if q("uploadId") => AbortMultipartUpload,
-            "DELETE" if object_subresource(query) => Unsupported,
             "DELETE" => DeleteObject,
             _ => Unsupported,
         }
@@ -138,6 +153,9 @@ impl S3Op {
     /// Whether replaying the request cannot change the outcome (safe to retry).
     pub fn is_idempotent(self) -> bool {
         use S3Op::*;
+        if let Config(c) = self {
+            return c.is_get();
+        }
         matches!(
             self,
             ListBuckets
@@ -161,6 +179,9 @@ impl S3Op {
     /// on routes with `bucket_operations: true`.
     pub fn is_bucket_admin(self) -> bool {
         use S3Op::*;
+        if let Config(c) = self {
+            return !c.on_object();
+        }
         matches!(
             self,
             CreateBucket | DeleteBucket | GetBucketVersioning | PutBucketVersioning
@@ -195,47 +216,10 @@ impl S3Op {
             DeleteBucket => "DeleteBucket",
             GetBucketVersioning => "GetBucketVersioning",
             PutBucketVersioning => "PutBucketVersioning",
+            Config(c) => c.name(),
             Unsupported => "Unsupported",
         }
     }
-}
-
-/// Bucket sub-resources (policy, acl, lifecycle, ...) Floe does not pass on.
-fn bucket_subresource(query: &str) -> bool {
-    const SUB: &[&str] = &[
-        "acl",
-        "policy",
-        "lifecycle",
-        "cors",
-        "tagging",
-        "versioning",
-        "website",
-        "logging",
-        "notification",
-        "replication",
-        "encryption",
-        "object-lock",
-        "ownershipControls",
-    ];
-    query
-        .split('&')
-        .any(|kv| SUB.contains(&kv.split('=').next().unwrap_or("")))
-}
-
-/// Object sub-resources (acl, tagging, retention, ...) Floe does not pass on.
-fn object_subresource(query: &str) -> bool {
-    const SUB: &[&str] = &[
-        "acl",
-        "tagging",
-        "retention",
-        "legal-hold",
-        "torrent",
-        "restore",
-        "select",
-    ];
-    query
-        .split('&')
-        .any(|kv| SUB.contains(&kv.split('=').next().unwrap_or("")))
 }
 
 /// Query parameters that make a read ask for something other than the current version's
@@ -331,7 +315,12 @@ mod tests {
         assert_eq!(c("GET", true, false, "prefix=a", false), ListObjects);
         assert_eq!(c("GET", true, false, "location", false), GetBucketLocation);
         assert_eq!(c("GET", true, false, "versions", false), ListObjectVersions);
-        assert_eq!(c("GET", true, false, "policy", false), Unsupported);
+        assert_eq!(
+            c("GET", true, false, "policy", false).as_str(),
+            "GetBucketPolicy"
+        );
+        assert!(c("GET", true, false, "policy", false).is_bucket_admin());
+        assert_eq!(c("GET", true, false, "analytics", false), Unsupported);
         assert_eq!(c("PUT", true, false, "", false), CreateBucket);
         assert_eq!(c("DELETE", true, false, "", false), DeleteBucket);
         assert_eq!(
@@ -342,7 +331,11 @@ mod tests {
             c("PUT", true, false, "versioning", false),
             PutBucketVersioning
         );
-        assert_eq!(c("PUT", true, false, "tagging", false), Unsupported);
+        assert_eq!(
+            c("PUT", true, false, "tagging", false).as_str(),
+            "PutBucketTagging"
+        );
+        assert_eq!(c("POST", true, false, "tagging", false), Unsupported);
         assert!(CreateBucket.is_bucket_admin() && !HeadBucket.is_bucket_admin());
         assert_eq!(c("POST", true, false, "delete", false), DeleteObjects);
         assert_eq!(c("GET", true, true, "partNumber=1", false), GetObject);
@@ -372,7 +365,14 @@ mod tests {
             c("GET", true, true, "attributes", false),
             GetObjectAttributes
         );
-        assert_eq!(c("PUT", true, true, "tagging", false), Unsupported);
+        let tagging = c("PUT", true, true, "tagging&versionId=v", false);
+        assert_eq!(tagging.as_str(), "PutObjectTagging");
+        assert!(!tagging.is_bucket_admin() && !tagging.is_idempotent());
+        assert!(c("GET", true, true, "retention", false).is_idempotent());
+        assert_eq!(
+            c("DELETE", true, true, "uploadId=x&tagging", false),
+            AbortMultipartUpload
+        );
         assert!(GetObject.is_idempotent() && !PutObject.is_idempotent());
     }
 
@@ -381,6 +381,8 @@ mod tests {
         for op in S3Op::ALL {
             assert_eq!(S3Op::from_name(op.as_str()), Some(op));
         }
+        let legal_hold = S3Op::from_name("PutObjectLegalHold");
+        assert_eq!(legal_hold.map(S3Op::as_str), Some("PutObjectLegalHold"));
         assert_eq!(S3Op::from_name("Unsupported"), None);
         assert_eq!(S3Op::from_name("getobject"), None);
     }

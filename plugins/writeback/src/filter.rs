@@ -22,7 +22,8 @@ use crate::node::Node;
 use crate::propagate::origin_of;
 use crate::propagate::{upload, Origins};
 use crate::session_body::{
-    body_size, continue_body, expected_digests, header, internal, kept_headers, SessionBody,
+    body_size, continue_body, expected_digests, header, internal, kept_headers, origin_only,
+    SessionBody,
 };
 use crate::stage::{Object, Outcome};
 
@@ -67,7 +68,7 @@ impl WritebackFilter {
         // a write that fails (refused, cut off mid-body) leaves the one before acknowledged.
         let prior = self.node.dirty(&self.bucket, key);
         let size = body_size(session);
-        let copy = header(session, "x-amz-copy-source").is_some();
+        let copy = header(session, "x-amz-copy-source").is_some() || origin_only(session);
         let plan = match size {
             Some(size) if !copy => self.node.plan(&opts, size),
             _ => None,
@@ -141,6 +142,21 @@ impl WritebackFilter {
     /// nothing). See [`crate::flush`].
     pub(crate) async fn flush(&self, r: &Arc<Record>) -> Result<(), S3Error> {
         self.node.flush(r).await
+    }
+
+    /// Before a request on `key` that the origin answers itself (a delete, a copy, a change
+    /// of the object's tags): the key's staged writes land first, so whatever the origin
+    /// answers, nothing acknowledged is lost or undone (a failed delete leaves the staged
+    /// write at the origin, as acknowledged). A newer write staged meanwhile lands too (a few
+    /// rounds: a key written without pause overlaps this request anyway).
+    async fn flush_key(&self, key: &str) -> Result<bool, S3Error> {
+        for _ in 0..FLUSH_ROUNDS {
+            let Some(r) = self.node.dirty(&self.bucket, key) else {
+                break;
+            };
+            self.flush(&r).await?;
+        }
+        Ok(false)
     }
 
     /// Before write `r` goes to the origin itself (`sync`): the staged write before it
@@ -432,20 +448,12 @@ impl RequestFilter for WritebackFilter {
                     _ => self.list_parts(session, ctx, &key, &id).await,
                 }
             }
-            // A delete or a write the origin takes itself: the staged write of the key lands
-            // first, so whatever the origin answers, nothing acknowledged is lost or undone
-            // (a failed delete leaves the staged write at the origin, as acknowledged).
+            // A delete or a write the origin takes itself; an object's configuration (tags,
+            // retention, ...), which is the origin's: the staged version lands first.
             S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
-                // A newer write staged meanwhile lands too (a few rounds: a key written
-                // without pause overlaps this request anyway).
-                for _ in 0..FLUSH_ROUNDS {
-                    let Some(r) = self.node.dirty(&self.bucket, &key) else {
-                        break;
-                    };
-                    self.flush(&r).await?;
-                }
-                Ok(false)
+                self.flush_key(&key).await
             }
+            S3Op::Config(c) if c.on_object() => self.flush_key(&key).await,
             // The keys are in the body, which the origin reads as it streams: every staged
             // write of the route lands first, so none propagates over a key it deleted.
             S3Op::DeleteObjects => {

@@ -107,6 +107,29 @@ pub(crate) async fn continue_body(
     Ok(None)
 }
 
+/// Request headers that ask the origin for more than bytes and metadata: tags, object lock,
+/// ACL grants, server-side encryption, a storage class, a website redirect. A staged write
+/// could not hand them on as the origin would apply them: a write that carries one goes to
+/// the origin itself (`direct`).
+const ORIGIN_ONLY: &[&str] = &[
+    "x-amz-tagging",
+    "x-amz-object-lock-",
+    "x-amz-acl",
+    "x-amz-grant-",
+    "x-amz-server-side-encryption",
+    "x-amz-storage-class",
+    "x-amz-website-redirect-location",
+];
+
+/// Whether the request carries a header only the origin can apply ([`ORIGIN_ONLY`]).
+pub(crate) fn origin_only(session: &Session) -> bool {
+    session
+        .req_header()
+        .headers
+        .keys()
+        .any(|k| ORIGIN_ONLY.iter().any(|p| k.as_str().starts_with(p)))
+}
+
 /// The request headers kept with a staged object (content-type, ..., x-amz-meta-*).
 pub(crate) fn kept_headers(session: &Session) -> Vec<(String, String)> {
     let mut headers: Vec<(String, String)> = KEPT

@@ -8,7 +8,9 @@ use pingora::proxy::Session;
 use crate::filter::WritebackFilter;
 use crate::multipart::{chosen_parts, parse_complete, PartsBody, PREFIX};
 use crate::propagate::origin_of;
-use crate::session_body::{body_size, continue_body, internal, kept_headers, SessionBody};
+use crate::session_body::{
+    body_size, continue_body, internal, kept_headers, origin_only, SessionBody,
+};
 use crate::stage::{BodySource, Object, Outcome};
 
 /// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
@@ -79,7 +81,7 @@ impl WritebackFilter {
         let Some(opts) = self.opts else {
             return Ok(false);
         };
-        if self.node.plan(&opts, 0).is_none() {
+        if self.node.plan(&opts, 0).is_none() || origin_only(session) {
             return Ok(false);
         }
         let (node, up) = (
