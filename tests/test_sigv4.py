@@ -148,6 +148,19 @@ def test_malformed_authorization(url, nothing_reaches_origin):
     assert err(r) == (400, "AuthorizationHeaderMalformed")
 
 
+def test_signature_version_2_is_refused_as_s3_refuses_it(url, nothing_reaches_origin):
+    """SigV2 (deprecated) is refused, header or query, with the code S3 answers where only V4 is
+    taken: 400 InvalidRequest."""
+    req = AWSRequest(method="GET", url=url("k"), headers={})
+    botocore.auth.HmacV1Auth(Credentials(*CLIENT)).add_auth(req)
+    assert req.headers["Authorization"].startswith("AWS ")
+    assert err(send(req)) == (400, "InvalidRequest")
+    query = AWSRequest(method="GET", url=url("k"), headers={})
+    botocore.auth.HmacV1QueryAuth(Credentials(*CLIENT), expires=60).add_auth(query)
+    assert "AWSAccessKeyId=" in query.url
+    assert err(send(query)) == (400, "InvalidRequest")
+
+
 # aws-chunked bodies, framed here so each chunk and trailer can be tampered with.
 
 def chunk_signed_put(url, data, chunk, tamper_chunk=None, trailer=None, tamper_trailer=False):

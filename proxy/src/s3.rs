@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::uri::{decode, decode_strict, uri_encode};
-use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
+use floe_core::copy_source::CopySource;
+use floe_core::uri::{decode_strict, uri_encode};
+use floe_core::{BucketName, FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::Session;
@@ -16,7 +17,7 @@ use crate::metrics;
 use crate::mode::{fail, Ctx, Mode};
 use crate::origin::QUEUE_WAIT;
 use crate::respond;
-use crate::routes::RouteTable;
+use crate::routes::{Route, RouteTable};
 
 /// S3 requests on the route table.
 pub struct S3Mode {
@@ -66,6 +67,16 @@ impl S3Mode {
         ctx.raw_key = addressed.raw_key.to_owned();
         ctx.query = strip_presign(query);
         let bucket = addressed.bucket.to_owned();
+        if !bucket.is_empty() {
+            // S3's own answer to a name it would never create, on any route or none.
+            BucketName::parse(&bucket).map_err(|e| {
+                S3Error::new(
+                    S3ErrorCode::InvalidBucketName,
+                    "The specified bucket is not valid.",
+                )
+                .caused_by(e)
+            })?;
+        }
         let route = table.get(&bucket).map_err(|e| {
             S3Error::new(
                 S3ErrorCode::InternalError,
@@ -132,7 +143,8 @@ impl S3Mode {
             ));
         }
         if copy {
-            check_copy_source(session.req_header(), route.bucket.as_str())?;
+            let access_key = ctx.f.access_key.as_deref();
+            check_copy_source(&self.table.load(), session.req_header(), &route, access_key)?;
         }
         if route.origin.breaker.is_open() {
             metrics::origin_failure(&route.origin.name, "breaker_open");
@@ -157,26 +169,42 @@ fn strip_presign(query: &str) -> String {
         .join("&")
 }
 
-/// CopyObject and UploadPartCopy may only copy within the route's bucket.
-fn check_copy_source(req: &RequestHeader, bucket: &str) -> Result<(), S3Error> {
-    let src = req
-        .headers
-        .get("x-amz-copy-source")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let src = decode(src);
-    let src = src.strip_prefix('/').unwrap_or(&src);
-    match src.split_once('/') {
-        Some((b, k)) if b == bucket && !k.is_empty() => Ok(()),
-        Some((b, _)) if b != bucket => Err(S3Error::new(
-            S3ErrorCode::AccessDenied,
-            "x-amz-copy-source must name an object in the same bucket",
-        )),
-        _ => Err(S3Error::new(
-            S3ErrorCode::InvalidArgument,
-            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
-        )),
+/// CopyObject and UploadPartCopy read their source at the origin, with Floe's credentials: a
+/// source in another bucket must be one Floe routes to the same origin for this client.
+fn check_copy_source(
+    table: &RouteTable,
+    req: &RequestHeader,
+    route: &Route,
+    access_key: Option<&str>,
+) -> Result<(), S3Error> {
+    let header = req.headers.get("x-amz-copy-source");
+    let source = CopySource::parse(header.and_then(|v| v.to_str().ok()).unwrap_or(""))?;
+    if source.bucket == route.bucket {
+        return Ok(());
     }
+    let denied = |why: &str| {
+        S3Error::new(
+            S3ErrorCode::AccessDenied,
+            format!("x-amz-copy-source: {why}"),
+        )
+    };
+    let source_route = table
+        .get(source.bucket.as_str())
+        .ok()
+        .flatten()
+        .ok_or_else(|| denied("Floe routes no such bucket"))?;
+    if !access_key.is_some_and(|k| source_route.clients.contains(k)) {
+        return Err(denied(
+            "the source bucket's route does not accept this access key",
+        ));
+    }
+    if source_route.origin.name != route.origin.name {
+        return Err(S3Error::new(
+            S3ErrorCode::NotImplemented,
+            "Floe copies only between buckets of one origin",
+        ));
+    }
+    Ok(())
 }
 
 #[async_trait]

@@ -14,6 +14,7 @@ pub mod away;
 pub mod checksum;
 pub mod conditions;
 pub mod config;
+pub mod copy_source;
 mod error;
 mod filter;
 pub mod fleet;

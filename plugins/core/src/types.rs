@@ -13,6 +13,14 @@ pub enum NameError {
     /// Only lowercase letters, digits, '.', '-'; starting and ending alphanumeric.
     #[error("bucket name {0:?} may hold only a-z, 0-9, '.', '-' and must start and end with a letter or digit")]
     BucketChars(String),
+    /// No `..`, `.-` or `-.`, and not an IPv4 address: each label a DNS label.
+    #[error(
+        "bucket name {0:?} must not hold \"..\", \".-\" or \"-.\" nor look like an IP address"
+    )]
+    BucketLabels(String),
+    /// Prefixes and suffixes S3 keeps for its own names (`xn--`, `-s3alias`, ...).
+    #[error("bucket name {0:?} uses a prefix or suffix S3 reserves")]
+    BucketReserved(String),
     /// Object keys are 1 to 1024 bytes of UTF-8.
     #[error("object key must be 1 to 1024 bytes long")]
     KeyLength,
@@ -21,12 +29,19 @@ pub enum NameError {
     ETag(String),
 }
 
+/// Prefixes S3 refuses in a general purpose bucket's name.
+const RESERVED_PREFIXES: [&str; 3] = ["xn--", "sthree-", "amzn-s3-demo-"];
+/// Suffixes S3 refuses (access point aliases, directory and table buckets, MRAPs).
+const RESERVED_SUFFIXES: [&str; 5] = ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"];
+
 /// An S3 bucket name, as S3's naming rules allow it. Shared text: clones are reference counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BucketName(Arc<str>);
 
 impl BucketName {
-    /// Parses a bucket name by S3's rules (3-63 chars, lowercase, digits, '.', '-').
+    /// Parses a bucket name by S3's rules for general purpose buckets: 3-63 characters of
+    /// a-z, 0-9, '.', '-', starting and ending with a letter or digit, no `..`, `.-`, `-.`,
+    /// not an IPv4 address, none of S3's reserved prefixes and suffixes.
     pub fn parse(s: &str) -> Result<Self, NameError> {
         if !(3..=63).contains(&s.len()) {
             return Err(NameError::BucketLength(s.to_owned()));
@@ -37,6 +52,15 @@ impl BucketName {
         let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
         if !b.iter().all(|&c| ok_char(c)) || !edge(b[0]) || !edge(b[b.len() - 1]) {
             return Err(NameError::BucketChars(s.to_owned()));
+        }
+        let bad_pair = ["..", ".-", "-."].iter().any(|pair| s.contains(pair));
+        if bad_pair || s.parse::<std::net::Ipv4Addr>().is_ok() {
+            return Err(NameError::BucketLabels(s.to_owned()));
+        }
+        let reserved = RESERVED_PREFIXES.iter().any(|p| s.starts_with(p))
+            || RESERVED_SUFFIXES.iter().any(|x| s.ends_with(x));
+        if reserved {
+            return Err(NameError::BucketReserved(s.to_owned()));
         }
         Ok(Self(Arc::from(s)))
     }
@@ -185,6 +209,34 @@ mod tests {
         assert!(BucketName::parse("-lead").is_err());
         assert!(BucketName::parse("trail.").is_err());
         assert!(BucketName::parse(&"a".repeat(64)).is_err());
+        assert!(BucketName::parse(&"a".repeat(63)).is_ok());
+        for bad in [
+            "foo..bar",
+            "foo.-bar",
+            "foo-.bar",
+            "foo_bar",
+            "foo-",
+            "_foo",
+            "192.168.5.123",
+        ] {
+            assert!(BucketName::parse(bad).is_err(), "{bad}");
+        }
+        for reserved in [
+            "xn--abc",
+            "sthree-x",
+            "amzn-s3-demo-x",
+            "a-s3alias",
+            "a--x-s3",
+            "b.mrap",
+        ] {
+            assert_eq!(
+                BucketName::parse(reserved),
+                Err(NameError::BucketReserved(reserved.to_owned()))
+            );
+        }
+        // Looks numeric but is not an address: S3 allows it.
+        assert!(BucketName::parse("192.168.5.123.4").is_ok());
+        assert!(BucketName::parse("1.2.3").is_ok());
     }
 
     #[test]

@@ -13,6 +13,10 @@ type HmacSha256 = Hmac<Sha256>;
 /// The SigV4 algorithm name Floe accepts.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 
+/// S3's words for a Signature Version 2 request (header or query) where only V4 is taken.
+pub const SIGV2_REFUSED: &str =
+    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.";
+
 /// Where the signature came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthSource {
@@ -81,6 +85,11 @@ fn parse_credential(cred: &str, err: fn(String) -> S3Error) -> Result<[String; 4
 
 /// Parses `AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=...`.
 pub fn parse_header(value: &str, amz_date: Option<&str>) -> Result<AuthParams, S3Error> {
+    if value.starts_with("AWS ") {
+        // Signature Version 2: deprecated, and refused as S3 refuses it in every region
+        // opened since 2014 (Floe cannot tell the origin's region's policy; V4 works in all).
+        return Err(S3Error::new(S3ErrorCode::InvalidRequest, SIGV2_REFUSED));
+    }
     let rest = value.strip_prefix(ALGORITHM).ok_or_else(|| {
         S3Error::new(
             S3ErrorCode::InvalidArgument,
@@ -235,6 +244,11 @@ mod tests {
             "host;range;x-amz-content-sha256;x-amz-date"
         );
         assert!(parse_header("AWS4-HMAC-SHA256 Credential=a/b", Some("x")).is_err());
+        let v2 = parse_header(
+            "AWS AKIAIOSFODNN7EXAMPLE:frJIUN8DYpKDtOLCwo//yllqDzg=",
+            None,
+        );
+        assert_eq!(v2.unwrap_err().code, S3ErrorCode::InvalidRequest);
         assert_eq!(
             parse_header("AWS4-HMAC-SHA256 Credential=A/20130524/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=00", Some("x")).unwrap_err().code,
             S3ErrorCode::AuthorizationHeaderMalformed

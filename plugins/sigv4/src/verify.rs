@@ -72,10 +72,7 @@ impl Verifier {
             .split('&')
             .any(|p| p.starts_with("AWSAccessKeyId="))
         {
-            return Err(denied(
-                S3ErrorCode::InvalidRequest,
-                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
-            ));
+            return Err(denied(S3ErrorCode::InvalidRequest, auth::SIGV2_REFUSED));
         } else {
             return Ok(None);
         };

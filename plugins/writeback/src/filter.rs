@@ -8,6 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::conditions::{Conditions, Verdict};
+use floe_core::copy_source::CopySource;
 use floe_core::range::{resolve, RangeAsk};
 use floe_core::spans::{Phase, Started};
 use floe_core::{ByteStream, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op};
@@ -150,8 +151,13 @@ impl WritebackFilter {
     /// write at the origin, as acknowledged). A newer write staged meanwhile lands too (a few
     /// rounds: a key written without pause overlaps this request anyway).
     async fn flush_key(&self, key: &str) -> Result<bool, S3Error> {
+        self.flush_object(&self.bucket, key).await
+    }
+
+    /// [`Self::flush_key`] for an object of any bucket (a copy's source).
+    async fn flush_object(&self, bucket: &str, key: &str) -> Result<bool, S3Error> {
         for _ in 0..FLUSH_ROUNDS {
-            let Some(r) = self.node.dirty(&self.bucket, key) else {
+            let Some(r) = self.node.dirty(bucket, key) else {
                 break;
             };
             self.flush(&r).await?;
@@ -307,6 +313,13 @@ fn staged_header(
     Ok(resp)
 }
 
+/// The current object a copy reads (none for a named version, which the origin keeps, nor
+/// for a header the proxy refuses anyway).
+fn copy_source(session: &Session) -> Option<CopySource> {
+    let source = CopySource::parse(header(session, "x-amz-copy-source")?).ok()?;
+    source.reads_current().then_some(source)
+}
+
 /// Whether the read names a version other than `null` (the staged write has no version id
 /// until the origin has it; `null` on an unversioned bucket is the current object, staged).
 fn names_version(session: &Session) -> bool {
@@ -450,8 +463,18 @@ impl RequestFilter for WritebackFilter {
             }
             // A delete or a write the origin takes itself; an object's configuration (tags,
             // retention, ...), which is the origin's: the staged version lands first.
-            S3Op::DeleteObject | S3Op::CopyObject | S3Op::CompleteMultipartUpload => {
-                self.flush_key(&key).await
+            S3Op::DeleteObject | S3Op::CompleteMultipartUpload => self.flush_key(&key).await,
+            // A copy reads its source at the origin: a staged source lands first (else the
+            // copy would read the version before it, or find none), then the target's.
+            S3Op::CopyObject | S3Op::UploadPartCopy => {
+                if let Some(source) = copy_source(session) {
+                    self.flush_object(source.bucket.as_str(), source.key.as_str())
+                        .await?;
+                }
+                match ctx.op {
+                    S3Op::CopyObject => self.flush_key(&key).await,
+                    _ => Ok(false),
+                }
             }
             S3Op::Config(c) if c.on_object() => self.flush_key(&key).await,
             // The keys are in the body, which the origin reads as it streams: every staged

@@ -1,0 +1,108 @@
+"""Bucket names and copies as S3 has them (issue 28): a name S3 would refuse is refused with
+InvalidBucketName before any route is looked up, a 63-character name works; CopyObject and
+UploadPartCopy read a source in another bucket Floe routes to the same origin for the caller, or
+a named version, and the target's cached answer is dropped; a source Floe does not route for the
+caller is AccessDenied; a staged (write-back) source lands at the origin before it is copied."""
+import os
+
+import botocore.exceptions
+import pytest
+
+from conftest import BUCKET, CLIENT2, s3_client
+from fleet import wait_until
+from test_blocks import get
+from test_bucket_routes import floe_patterns  # noqa: F401 (the fixture)
+from test_s3_ops import code_of
+from test_writeback import put, wb  # noqa: F401 (the fixture)
+
+
+@pytest.mark.parametrize("name", ["aa", "foo_bar", "foo..bar", "foo.-bar", "foo-.bar", "team-",
+                                  "192.168.5.123", "Team-upper", "xn--team", "team-s3alias"])
+def test_a_bucket_name_s3_refuses_is_invalid_bucket_name(floe_patterns, name):
+    s3 = s3_client(floe_patterns.port)
+    assert code_of(lambda: s3.create_bucket(Bucket=name)) == ("InvalidBucketName", 400)
+
+
+def test_the_longest_and_the_dotted_names_s3_allows_work(floe_patterns, direct):
+    s3 = s3_client(floe_patterns.port)
+    for name in ["team-" + "a" * 58, "team-1.2.3"]:
+        s3.create_bucket(Bucket=name)
+        s3.put_object(Bucket=name, Key="k", Body=b"named")
+        assert direct.get_object(Bucket=name, Key="k")["Body"].read() == b"named"
+        s3.delete_object(Bucket=name, Key="k")
+        s3.delete_bucket(Bucket=name)
+
+
+def test_a_copy_reads_a_source_in_another_routed_bucket_and_drops_the_target(floe_patterns, direct):
+    s3 = s3_client(floe_patterns.port)
+    old, new = os.urandom(150_000), os.urandom(120_000)
+    s3.put_object(Bucket="team-x", Key="copies/t.parquet", Body=old)
+    for _ in range(2):  # cached on the second read
+        assert s3.get_object(Bucket="team-x", Key="copies/t.parquet")["Body"].read() == old
+    s3.put_object(Bucket="team-one", Key="copies/s 1+?.parquet", Body=new)
+    s3.copy_object(Bucket="team-x", Key="copies/t.parquet",
+                   CopySource={"Bucket": "team-one", "Key": "copies/s 1+?.parquet"})
+    assert direct.get_object(Bucket="team-x", Key="copies/t.parquet")["Body"].read() == new
+    assert s3.get_object(Bucket="team-x", Key="copies/t.parquet")["Body"].read() == new
+    # Across a pattern route and a named one, both the caller's.
+    s3.copy_object(Bucket=BUCKET, Key="copies/from-team.parquet",
+                   CopySource={"Bucket": "team-one", "Key": "copies/s 1+?.parquet"})
+    assert s3.get_object(Bucket=BUCKET, Key="copies/from-team.parquet")["Body"].read() == new
+
+
+def test_a_copy_from_a_bucket_floe_does_not_route_for_the_caller_is_access_denied(floe_patterns, direct):
+    s3, other = s3_client(floe_patterns.port), s3_client(floe_patterns.port, *CLIENT2)
+    other.put_object(Bucket="team-exact", Key="secret.csv", Body=b"theirs")
+    direct.put_object(Bucket="unrouted-bucket", Key="k.csv", Body=b"nobody's")
+    for source in [{"Bucket": "team-exact", "Key": "secret.csv"}, {"Bucket": "unrouted-bucket", "Key": "k.csv"}]:
+        assert code_of(lambda: s3.copy_object(Bucket="team-one", Key="copies/stolen.csv",
+                                              CopySource=source)) == ("AccessDenied", 403)
+    assert code_of(lambda: direct.head_object(Bucket="team-one", Key="copies/stolen.csv"))[1] == 404
+
+
+def test_a_copy_of_a_version_and_a_ranged_part_copy_from_another_bucket(floe_patterns, direct):
+    s3 = s3_client(floe_patterns.port)
+    s3.put_bucket_versioning(Bucket="team-x", VersioningConfiguration={"Status": "Enabled"})
+    try:
+        v1 = s3.put_object(Bucket="team-x", Key="copies/v.csv", Body=b"first")["VersionId"]
+        s3.put_object(Bucket="team-x", Key="copies/v.csv", Body=b"second")
+        s3.copy_object(Bucket="team-one", Key="copies/v1.csv",
+                       CopySource={"Bucket": "team-x", "Key": "copies/v.csv", "VersionId": v1})
+        assert s3.get_object(Bucket="team-one", Key="copies/v1.csv")["Body"].read() == b"first"
+    finally:
+        s3.put_bucket_versioning(Bucket="team-x", VersioningConfiguration={"Status": "Suspended"})
+
+    part = os.urandom(6 * 1024 * 1024)
+    s3.put_object(Bucket="team-x", Key="copies/big.bin", Body=part + b"tail")
+    up = s3.create_multipart_upload(Bucket="team-one", Key="copies/joined.bin")["UploadId"]
+    etags = []
+    for n, rng in [(1, f"bytes=0-{len(part) - 1}"), (2, f"bytes={len(part)}-{len(part) + 3}")]:
+        r = s3.upload_part_copy(Bucket="team-one", Key="copies/joined.bin", UploadId=up, PartNumber=n,
+                                CopySource={"Bucket": "team-x", "Key": "copies/big.bin"}, CopySourceRange=rng)
+        etags.append({"PartNumber": n, "ETag": r["CopyPartResult"]["ETag"]})
+    s3.complete_multipart_upload(Bucket="team-one", Key="copies/joined.bin", UploadId=up,
+                                 MultipartUpload={"Parts": etags})
+    assert s3.get_object(Bucket="team-one", Key="copies/joined.bin")["Body"].read() == part + b"tail"
+
+
+def test_a_staged_source_lands_before_it_is_copied(wb, direct):
+    """Write-back: the copy is the origin's, so the acknowledged staged version of its source is
+    put there first (else the origin copies the version before it, or finds none)."""
+    nodes, relay, _ = wb
+    relay.down()
+    body = os.urandom(90_000)
+    assert put(nodes[0], "copies/staged.csv", body)["x-floe-writeback"] == "staged"
+    relay.up()
+    copier = s3_client(nodes[1].port)
+
+    def copied():  # as a client does: a 503 (the origin's breaker still open) is retried
+        try:
+            copier.copy_object(Bucket=BUCKET, Key="copies/copied.csv",
+                               CopySource={"Bucket": BUCKET, "Key": "copies/staged.csv"})
+            return True
+        except botocore.exceptions.ClientError as e:
+            assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 503, e
+            return False
+    wait_until("the copy taken once the origin is back", copied)
+    assert direct.get_object(Bucket=BUCKET, Key="copies/copied.csv")["Body"].read() == body
+    assert get(nodes[2].port, "copies/copied.csv").data == body
