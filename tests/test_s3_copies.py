@@ -8,12 +8,49 @@ import os
 import botocore.exceptions
 import pytest
 
-from conftest import BUCKET, CLIENT2, s3_client
+from conftest import BUCKET, CLIENT, CLIENT2, FLOE_BIN, ORIGIN_KEY, ORIGIN_SECRET, Proc, free_port, s3_client
 from fleet import wait_until
 from test_blocks import get
 from test_bucket_routes import floe_patterns  # noqa: F401 (the fixture)
 from test_s3_ops import code_of
 from test_writeback import put, wb  # noqa: F401 (the fixture)
+
+
+CATCH_ALL = """
+server:
+  listeners: [{{address: "127.0.0.1:{port}"}}]
+  grace_period_seconds: 1
+origins:
+  minio:
+    endpoint: http://127.0.0.1:{relay}
+    credentials: {{from: env, access_key_env: K, secret_key_env: S}}
+routes:
+  - bucket: "*"
+    origin: minio
+    clients: [{{access_key: {c1}, secret_key: {s1}}}]
+    bucket_operations: true
+"""
+
+
+@pytest.fixture(scope="module")
+def catch_all(relay, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("catch-all")
+    port = free_port()
+    (tmp / "floe.yaml").write_text(CATCH_ALL.format(port=port, relay=relay.port, c1=CLIENT[0], s1=CLIENT[1]))
+    env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET)
+    p = Proc([str(FLOE_BIN), "--config", str(tmp / "floe.yaml")], env, tmp / "floe.log", port, "floe-proxy")
+    yield p
+    p.stop()
+
+
+def test_a_route_for_every_bucket_lists_them_and_refuses_bad_names(catch_all, direct):
+    """`bucket: "*"` matches every name, but not the service itself (ListBuckets) nor a name
+    S3 refuses."""
+    s3 = s3_client(catch_all.port)
+    s3.create_bucket(Bucket="every-1")
+    assert "every-1" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert code_of(lambda: s3.create_bucket(Bucket="every_1")) == ("InvalidBucketName", 400)
+    s3.delete_bucket(Bucket="every-1")
 
 
 @pytest.mark.parametrize("name", ["aa", "foo_bar", "foo..bar", "foo.-bar", "foo-.bar", "team-",

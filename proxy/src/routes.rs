@@ -138,6 +138,9 @@ impl RouteTable {
     /// (built for it on first use). A pattern route whose stages cannot be built for the
     /// bucket is an error.
     pub fn get(&self, bucket: &str) -> Result<Option<Arc<Route>>, StartError> {
+        if bucket.is_empty() {
+            return Ok(None); // the service (ListBuckets): no pattern, not even `*`, names it
+        }
         if let Some(r) = self.routes.get(bucket) {
             return Ok(Some(r.clone()));
         }

@@ -14,7 +14,7 @@ suite="$(cd "${1:?usage: measure.sh /path/to/s3-tests [pytest args]}" && pwd)"; 
 FLOE_CACHE="${FLOE_CACHE:-$HOME/.cache/floe}"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$FLOE_CACHE/target}"
 MINIO_BIN="${MINIO_BIN:-$FLOE_CACHE/bin/minio}"
-OUT="${OUT:-$(mktemp -d)}"
+OUT="${OUT:-$(mktemp -d)}"; mkdir -p "$OUT"
 venv="$FLOE_CACHE/s3tests-venv"
 [ -x "$venv/bin/pytest" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q -r "$suite/requirements.txt"; }
 
