@@ -65,11 +65,12 @@ conf() {  # every user of the suite gets the endpoint's one key pair
 conf $minio_port $key $secret >"$OUT/direct.conf"
 conf $floe_port $ckey $csecret >"$OUT/floe.conf"
 files=(s3tests/functional/test_s3.py s3tests/functional/test_headers.py)
-for side in direct floe; do
+for side in ${SIDES:-direct floe}; do   # SIDES=floe: one side only (compare by hand)
   (cd "$suite" && S3TEST_CONF="$OUT/$side.conf" timeout 3600 "$venv/bin/pytest" -q -p no:cacheprovider \
      --junitxml="$OUT/$side.xml" "${files[@]}" "$@" >"$OUT/$side.txt" 2>&1) || true
   tail -n 1 "$OUT/$side.txt"
 done
+[ -f "$OUT/direct.xml" ] && [ -f "$OUT/floe.xml" ] || exit 0
 "$venv/bin/python" - "$OUT" <<'PY'
 import sys, xml.etree.ElementTree as ET
 out = sys.argv[1]
