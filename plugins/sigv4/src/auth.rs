@@ -159,9 +159,9 @@ pub fn parse_query(raw_query: &str) -> Result<Option<AuthParams>, S3Error> {
     let expires: u64 = need("X-Amz-Expires")?
         .parse()
         .map_err(|_| query_error("X-Amz-Expires should be a number"))?;
-    if expires == 0 || expires > 604_800 {
+    if expires > 604_800 {
         return Err(query_error(
-            "X-Amz-Expires must be between 1 and 604800 seconds",
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
         ));
     }
     Ok(Some(AuthParams {

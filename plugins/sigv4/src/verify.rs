@@ -174,6 +174,10 @@ impl Verifier {
                 S3ErrorCode::AccessDenied,
                 "Request is not valid yet",
             )),
+            // A URL valid for 0 seconds is expired when it arrives (as S3 answers it).
+            AuthSource::Query { expires: 0 } => {
+                Err(denied(S3ErrorCode::AccessDenied, "Request has expired"))
+            }
             AuthSource::Query { expires } if now > t.saturating_add(expires as i64) => {
                 Err(denied(S3ErrorCode::AccessDenied, "Request has expired"))
             }
