@@ -104,6 +104,7 @@ def test_presign_valid_then_expired(url, relay):
     assert b"expired" in r.data
     # Valid for 0 seconds: expired on arrival; longer than a week: not a valid URL at all.
     assert err(HTTP.request("GET", presign(url("missing"), 0, now))) == (403, "AccessDenied")
+    assert err(HTTP.request("GET", presign(url("missing"), -7, now))) == (403, "AccessDenied")
     assert err(HTTP.request("GET", presign(url("missing"), 604_801, now))) == (
         400, "AuthorizationQueryParametersError")
     assert relay.sent() == before

@@ -156,9 +156,16 @@ pub fn parse_query(raw_query: &str) -> Result<Option<AuthParams>, S3Error> {
     };
     let cred = need("X-Amz-Credential")?;
     let [access_key, scope_date, region, service] = parse_credential(&cred, query_error)?;
-    let expires: u64 = need("X-Amz-Expires")?
+    let expires: i64 = need("X-Amz-Expires")?
         .parse()
         .map_err(|_| query_error("X-Amz-Expires should be a number"))?;
+    // A URL that expired before it was signed: refused as an expired one is (403).
+    let expires = u64::try_from(expires).map_err(|_| {
+        S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "X-Amz-Expires must be non-negative",
+        )
+    })?;
     if expires > 604_800 {
         return Err(query_error(
             "X-Amz-Expires must be less than a week (in seconds) that is 604800",
