@@ -18,6 +18,7 @@ pub mod mode;
 pub mod origin;
 pub mod origin_reader;
 pub mod otel;
+pub mod post;
 pub mod probes;
 pub mod reload;
 pub mod respond;

@@ -153,6 +153,10 @@ impl S3Mode {
                 "The origin is unavailable; please reduce your request rate and retry.",
             ));
         }
+        if ctx.f.op == S3Op::PostObject {
+            ctx.status = crate::post::forward(session, ctx, &route).await?;
+            return Ok(true);
+        }
         Ok(false)
     }
 }

@@ -266,6 +266,7 @@ impl BlockFilter {
     fn written(&self, ctx: &FilterCtx) -> Option<Forget> {
         let keys = match ctx.op {
             S3Op::PutObject
+            | S3Op::PostObject
             | S3Op::CopyObject
             | S3Op::DeleteObject
             | S3Op::CompleteMultipartUpload => self.key_names(ctx)?,
@@ -346,6 +347,7 @@ impl RequestFilter for BlockFilter {
                 self.serve(session, ctx).await
             }
             S3Op::PutObject
+            | S3Op::PostObject
             | S3Op::CopyObject
             | S3Op::DeleteObject
             | S3Op::CompleteMultipartUpload

@@ -11,6 +11,7 @@ pub enum S3ErrorCode {
     AuthorizationQueryParametersError,
     BadDigest,
     EntityTooLarge,
+    EntityTooSmall,
     IncompleteBody,
     InternalError,
     InvalidAccessKeyId,
@@ -22,7 +23,10 @@ pub enum S3ErrorCode {
     InvalidRange,
     InvalidRequest,
     InvalidURI,
+    InvalidPolicyDocument,
+    MalformedPOSTRequest,
     MalformedXML,
+    MaxPostPreDataLengthExceededError,
     MethodNotAllowed,
     MissingContentLength,
     NoSuchBucket,
@@ -47,6 +51,7 @@ impl S3ErrorCode {
             | AuthorizationQueryParametersError
             | BadDigest
             | EntityTooLarge
+            | EntityTooSmall
             | IncompleteBody
             | InvalidArgument
             | InvalidBucketName
@@ -55,7 +60,10 @@ impl S3ErrorCode {
             | InvalidPartOrder
             | InvalidRequest
             | InvalidURI
+            | InvalidPolicyDocument
+            | MalformedPOSTRequest
             | MalformedXML
+            | MaxPostPreDataLengthExceededError
             | XAmzContentSHA256Mismatch => 400,
             InvalidRange => 416,
             MethodNotAllowed => 405,
@@ -77,6 +85,10 @@ impl S3ErrorCode {
             AuthorizationQueryParametersError => "AuthorizationQueryParametersError",
             BadDigest => "BadDigest",
             EntityTooLarge => "EntityTooLarge",
+            EntityTooSmall => "EntityTooSmall",
+            InvalidPolicyDocument => "InvalidPolicyDocument",
+            MalformedPOSTRequest => "MalformedPOSTRequest",
+            MaxPostPreDataLengthExceededError => "MaxPostPreDataLengthExceededError",
             IncompleteBody => "IncompleteBody",
             InternalError => "InternalError",
             InvalidAccessKeyId => "InvalidAccessKeyId",

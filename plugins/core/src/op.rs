@@ -19,6 +19,9 @@ pub enum S3Op {
     HeadObject,
     GetObjectAttributes,
     PutObject,
+    /// A browser form upload (`POST /bucket`, multipart/form-data): the key and the
+    /// credentials are form fields, signed by a policy.
+    PostObject,
     CopyObject,
     DeleteObject,
     CreateMultipartUpload,
@@ -40,7 +43,7 @@ pub enum S3Op {
 
 impl S3Op {
     /// Every operation Floe carries (not [`S3Op::Unsupported`]), for config validation.
-    pub const ALL: [S3Op; 24] = [
+    pub const ALL: [S3Op; 25] = [
         S3Op::ListBuckets,
         S3Op::HeadBucket,
         S3Op::GetBucketLocation,
@@ -53,6 +56,7 @@ impl S3Op {
         S3Op::HeadObject,
         S3Op::GetObjectAttributes,
         S3Op::PutObject,
+        S3Op::PostObject,
         S3Op::CopyObject,
         S3Op::DeleteObject,
         S3Op::CreateMultipartUpload,
@@ -125,6 +129,7 @@ impl S3Op {
                 "GET" if q("list-type") => ListObjectsV2,
                 "GET" => ListObjects,
                 "POST" if q("delete") => DeleteObjects,
+                "POST" if query.is_empty() => PostObject,
                 _ => Unsupported,
             };
         }
@@ -204,6 +209,7 @@ impl S3Op {
             HeadObject => "HeadObject",
             GetObjectAttributes => "GetObjectAttributes",
             PutObject => "PutObject",
+            PostObject => "PostObject",
             CopyObject => "CopyObject",
             DeleteObject => "DeleteObject",
             CreateMultipartUpload => "CreateMultipartUpload",

@@ -69,7 +69,10 @@ fn query_error(msg: impl Into<String>) -> S3Error {
 }
 
 /// Splits `AKID/date/region/service/aws4_request`.
-fn parse_credential(cred: &str, err: fn(String) -> S3Error) -> Result<[String; 4], S3Error> {
+pub(crate) fn parse_credential(
+    cred: &str,
+    err: fn(String) -> S3Error,
+) -> Result<[String; 4], S3Error> {
     let parts: Vec<&str> = cred.split('/').collect();
     if parts.len() != 5 || parts[4] != "aws4_request" {
         return Err(err(format!("the Credential {cred:?} is malformed; expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"")));

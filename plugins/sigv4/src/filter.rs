@@ -147,6 +147,11 @@ impl RequestFilter for SigV4Filter {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
+        if ctx.op == S3Op::PostObject {
+            // Signed by the form's policy, not by the request's headers.
+            crate::post::admit(&self.verifier, &self.anonymous, session, ctx, now).await?;
+            return Ok(false);
+        }
         let req = session.req_header();
         let parts = RequestParts {
             method: req.method.as_str(),

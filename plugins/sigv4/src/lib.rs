@@ -16,9 +16,13 @@ pub mod canonical;
 pub mod chunked;
 mod filter;
 pub mod plugin;
+mod post;
+pub mod post_form;
+pub mod post_policy;
 mod verify;
 
 pub use filter::{SigV4Filter, PREREAD_LIMIT};
 pub use floe_core::checksum::Checksum;
 pub use plugin::FACTORY;
+pub use post::PostUpload;
 pub use verify::{RequestParts, Verified, Verifier, MAX_SKEW_SECONDS};

@@ -56,6 +56,16 @@ impl Verifier {
         }
     }
 
+    /// The secret of `access_key`, if it is one of this verifier's.
+    pub(crate) fn secret(&self, access_key: &str) -> Option<&str> {
+        self.keys.get(access_key).map(String::as_str)
+    }
+
+    /// The region signatures must be scoped to.
+    pub(crate) fn region(&self) -> &str {
+        &self.region
+    }
+
     /// Verifies a request at unix time `now`. `Ok(None)`: the request carries no SigV4 at all.
     pub fn verify(&self, req: &RequestParts<'_>, now: i64) -> Result<Option<Verified>, S3Error> {
         let header = |n: &str| req.headers.get(n).and_then(|v| v.to_str().ok());

@@ -463,7 +463,10 @@ impl RequestFilter for WritebackFilter {
             }
             // A delete or a write the origin takes itself; an object's configuration (tags,
             // retention, ...), which is the origin's: the staged version lands first.
-            S3Op::DeleteObject | S3Op::CompleteMultipartUpload => self.flush_key(&key).await,
+            // A form upload goes to the origin as a PUT of its own (never staged).
+            S3Op::DeleteObject | S3Op::CompleteMultipartUpload | S3Op::PostObject => {
+                self.flush_key(&key).await
+            }
             // A copy reads its source at the origin: a staged source lands first (else the
             // copy would read the version before it, or find none), then the target's.
             S3Op::CopyObject | S3Op::UploadPartCopy => {
