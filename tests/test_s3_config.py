@@ -166,3 +166,16 @@ def test_tags_of_a_staged_write_apply_to_it_once_it_reached_the_origin(wb, direc
     assert r["ResponseMetadata"]["HTTPHeaders"]["x-floe-writeback"] == "direct"
     assert direct.get_object_tagging(Bucket=BUCKET, Key="config/tagged.csv")["TagSet"] == [
         {"Key": "a", "Value": "1"}]
+
+
+def test_a_read_declaring_server_side_encryption_gets_the_origins_refusal(floe_patterns, direct):
+    """S3 refuses SSE-S3/SSE-KMS request headers on a GET (400); a cached object must not
+    answer 200 in its place."""
+    s3 = s3_client(floe_patterns.port)
+    key = "sse/00001-a.parquet"
+    s3.put_object(Bucket="team-one", Key=key, Body=b"s" * 100)
+    for _ in range(3):  # cached
+        assert s3.get_object(Bucket="team-one", Key=key)["Body"].read() == b"s" * 100
+    declare = lambda params, **kw: params["headers"].update({"x-amz-server-side-encryption": "aws:kms"})  # noqa: E731
+    s3.meta.events.register("before-call.s3.GetObject", declare)
+    assert code_of(lambda: s3.get_object(Bucket="team-one", Key=key))[1] == 400

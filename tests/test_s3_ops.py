@@ -144,3 +144,4 @@ def test_get_object_attributes(s3, direct, obj):
 
 def test_unsupported_subresource(s3):
     assert code_of(lambda: s3.get_bucket_policy(Bucket=BUCKET)) == ("NotImplemented", 501)
+

@@ -266,9 +266,16 @@ pub fn response_overrides(query: &str) -> Vec<(http::HeaderName, http::HeaderVal
         .collect()
 }
 
-/// Headers that make a read key-dependent: a cache passes it on. (Conditional headers do not:
-/// a cache evaluates them against the version it holds, see [`crate::conditions`].)
-const OTHER_HEADERS: &[&str] = &["x-amz-server-side-encryption-customer-algorithm"];
+/// Headers that make a read key-dependent (SSE-C), or that S3 refuses on a read (the SSE-S3
+/// and SSE-KMS request headers: 400 from the origin, never a cached 200): a cache passes it
+/// on. (Conditional headers do not: a cache evaluates them against the version it holds, see
+/// [`crate::conditions`].)
+const OTHER_HEADERS: &[&str] = &[
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-context",
+];
 
 /// Whether a GET or HEAD with `query` and `headers` reads the current version's bytes as
 /// stored (whole, or one range), conditionally or not: what a cache stage serves. A read that
@@ -449,5 +456,10 @@ mod tests {
             &h(&[("if-match", "\"e\""), ("range", "bytes=0-9")])
         ));
         assert!(!plain_read("", &h(&[("range", "bytes=0-1,5-6")])));
+        // S3 refuses SSE request headers on a read (400): the origin must say so.
+        assert!(!plain_read(
+            "",
+            &h(&[("x-amz-server-side-encryption", "aws:kms")])
+        ));
     }
 }
