@@ -26,7 +26,15 @@ pub type BucketList = Arc<Vec<(String, String)>>;
 /// Origins' bucket lists, asked on demand and kept briefly.
 pub struct OriginBuckets {
     connector: Connector,
-    kept: Mutex<HashMap<String, (Instant, BucketList)>>,
+    kept: Mutex<Kept>,
+}
+
+/// The lists kept, and how many times any was dropped: a list asked before a drop is not
+/// kept after it (it may name a bucket just removed).
+#[derive(Default)]
+struct Kept {
+    lists: HashMap<String, (Instant, BucketList)>,
+    drops: u64,
 }
 
 impl Default for OriginBuckets {
@@ -42,22 +50,28 @@ impl OriginBuckets {
     /// Drops what is kept for the origin named `name` (a bucket was made or removed).
     pub fn forget(&self, name: &str) {
         if let Ok(mut kept) = self.kept.lock() {
-            kept.remove(name);
+            kept.lists.remove(name);
+            kept.drops += 1;
         }
     }
 
     /// The buckets `origin` has (kept for [`TTL`]).
     pub async fn of(&self, origin: &Origin) -> Result<BucketList, String> {
+        let mut drops = 0;
         if let Ok(kept) = self.kept.lock() {
-            if let Some((at, list)) = kept.get(&origin.name) {
+            if let Some((at, list)) = kept.lists.get(&origin.name) {
                 if at.elapsed() < TTL {
                     return Ok(list.clone());
                 }
             }
+            drops = kept.drops;
         }
         let list = Arc::new(self.ask(origin).await?);
         if let Ok(mut kept) = self.kept.lock() {
-            kept.insert(origin.name.clone(), (Instant::now(), list.clone()));
+            if kept.drops == drops {
+                let entry = (Instant::now(), list.clone());
+                kept.lists.insert(origin.name.clone(), entry);
+            }
         }
         Ok(list)
     }

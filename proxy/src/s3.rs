@@ -312,6 +312,12 @@ impl Mode for S3Mode {
         let mut failed = None;
         if let Some(route) = &ctx.route {
             route.origin.breaker.success();
+            // A bucket made or removed shows in the next ListBuckets, even one sent the
+            // moment this answer arrives.
+            let made = matches!(ctx.f.op, S3Op::CreateBucket | S3Op::DeleteBucket);
+            if made && resp.status.is_success() {
+                self.table.load().origin_buckets.forget(&route.origin.name);
+            }
             for filter in &route.filters {
                 if let Err(e) = filter.upstream_response_filter(resp, &mut ctx.f).await {
                     failed = Some(e);
