@@ -179,3 +179,16 @@ def test_a_read_declaring_server_side_encryption_gets_the_origins_refusal(floe_p
     declare = lambda params, **kw: params["headers"].update({"x-amz-server-side-encryption": "aws:kms"})  # noqa: E731
     s3.meta.events.register("before-call.s3.GetObject", declare)
     assert code_of(lambda: s3.get_object(Bucket="team-one", Key=key))[1] == 400
+
+
+def test_acls_are_carried_for_objects_and_buckets(floe_patterns, direct):
+    """Canned ACLs and the ACL documents, object level on every signed route, bucket level where
+    bucket operations are carried; what the origin answers is what the client gets."""
+    s3 = s3_client(floe_patterns.port)
+    key = "acl/00001-a.parquet"
+    s3.put_object(Bucket="team-one", Key=key, Body=b"a", ACL="private")
+    s3.put_object_acl(Bucket="team-one", Key=key, ACL="private")
+    mine, theirs = s3.get_object_acl(Bucket="team-one", Key=key), direct.get_object_acl(Bucket="team-one", Key=key)
+    assert mine["Grants"] == theirs["Grants"] and mine["Owner"] == theirs["Owner"]
+    assert s3.get_bucket_acl(Bucket="team-one")["Grants"] == direct.get_bucket_acl(Bucket="team-one")["Grants"]
+    assert code_of(lambda: s3.get_bucket_acl(Bucket="ro-data")) == ("NotImplemented", 501)
