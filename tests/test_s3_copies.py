@@ -150,3 +150,31 @@ def test_a_staged_source_lands_before_it_is_copied(wb, direct):
     wait_until("the copy taken once the origin is back", copied)
     assert direct.get_object(Bucket=BUCKET, Key="copies/copied.csv")["Body"].read() == body
     assert get(nodes[2].port, "copies/copied.csv").data == body
+
+
+def test_a_part_copy_into_an_upload_write_back_holds_is_staged(wb, direct):
+    """Write-back hands out its own upload ids (the origin does not know them): UploadPartCopy
+    into one reads the source's range from the origin and stages it as the part. Parts through
+    different nodes; the completed object reaches the origin whole."""
+    from test_writeback import wait_all_at_origin
+    nodes, _, _ = wb
+    source = os.urandom(6 * 1024 * 1024 + 100)
+    direct.put_object(Bucket=BUCKET, Key="copies/source.bin", Body=source)
+    s3 = [s3_client(nd.port) for nd in nodes]
+    up = s3[0].create_multipart_upload(Bucket=BUCKET, Key="copies/assembled.bin")
+    assert up["ResponseMetadata"]["HTTPHeaders"]["x-floe-writeback"] == "staged"
+    uid = up["UploadId"]
+    p1 = s3[1].upload_part_copy(Bucket=BUCKET, Key="copies/assembled.bin", UploadId=uid, PartNumber=1,
+                                CopySource={"Bucket": BUCKET, "Key": "copies/source.bin"},
+                                CopySourceRange=f"bytes=0-{5 * 1024 * 1024 - 1}")
+    tail = b"written, not copied"
+    p2 = s3[2].upload_part(Bucket=BUCKET, Key="copies/assembled.bin", UploadId=uid, PartNumber=2, Body=tail)
+    assert code_of(lambda: s3[1].upload_part_copy(
+        Bucket=BUCKET, Key="copies/assembled.bin", UploadId=uid, PartNumber=3,
+        CopySource={"Bucket": BUCKET, "Key": "copies/source.bin"},
+        CopySourceRange=f"bytes=0-{len(source)}")) == ("InvalidRange", 416)
+    s3[0].complete_multipart_upload(Bucket=BUCKET, Key="copies/assembled.bin", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": p1["CopyPartResult"]["ETag"]}, {"PartNumber": 2, "ETag": p2["ETag"]}]})
+    want = source[:5 * 1024 * 1024] + tail
+    assert get(nodes[1].port, "copies/assembled.bin").data == want
+    wait_all_at_origin(direct, {"copies/assembled.bin": want}, set())

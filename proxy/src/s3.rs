@@ -124,6 +124,13 @@ impl S3Mode {
             ctx.f.key = Some(key);
         }
         ctx.route = Some(route.clone());
+        if copy {
+            // Before any stage: one may answer the copy itself (write-back stages a part
+            // copy). The key is the one the request claims; the sigv4 stage then verifies
+            // that this key signed it.
+            let claimed = claimed_access_key(session.req_header());
+            check_copy_source(&table, session.req_header(), &route, claimed.as_deref())?;
+        }
         for filter in &route.filters {
             if filter.request_filter(session, &mut ctx.f).await? {
                 ctx.f.answered_by = Some(filter.name());
@@ -141,10 +148,6 @@ impl S3Mode {
                 S3ErrorCode::NotImplemented,
                 "This route does not carry bucket operations (bucket_operations: false)",
             ));
-        }
-        if copy {
-            let access_key = ctx.f.access_key.as_deref();
-            check_copy_source(&self.table.load(), session.req_header(), &route, access_key)?;
         }
         if route.origin.breaker.is_open() {
             metrics::origin_failure(&route.origin.name, "breaker_open");
@@ -171,6 +174,21 @@ fn strip_presign(query: &str) -> String {
         .filter(|p| !p.starts_with("X-Amz-"))
         .collect::<Vec<_>>()
         .join("&")
+}
+
+/// The access key a request says signed it (header or presigned query), unverified.
+fn claimed_access_key(req: &RequestHeader) -> Option<String> {
+    let authz = req
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    let params = match authz {
+        Some(a) => floe_sigv4::auth::parse_header(a, Some("")).ok(),
+        None => floe_sigv4::auth::parse_query(req.uri.query().unwrap_or(""))
+            .ok()
+            .flatten(),
+    };
+    params.map(|p| p.access_key)
 }
 
 /// CopyObject and UploadPartCopy read their source at the origin, with Floe's credentials: a

@@ -474,8 +474,10 @@ impl RequestFilter for WritebackFilter {
                     self.flush_object(source.bucket.as_str(), source.key.as_str())
                         .await?;
                 }
-                match ctx.op {
-                    S3Op::CopyObject => self.flush_key(&key).await,
+                match (ctx.op, crate::upload::our_upload(session)) {
+                    (S3Op::CopyObject, _) => self.flush_key(&key).await,
+                    // Into an upload Floe holds: the origin does not know it.
+                    (_, Some(id)) => self.upload_part_copy(session, ctx, &key, &id).await,
                     _ => Ok(false),
                 }
             }

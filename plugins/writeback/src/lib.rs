@@ -18,6 +18,7 @@ pub mod journal;
 pub mod metrics;
 pub mod node;
 pub mod origin_layer;
+mod part_copy;
 pub mod plugin;
 pub mod propagate;
 pub mod read;

@@ -28,6 +28,19 @@ pub(crate) fn query<'a>(session: &'a Session, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
+/// The request's `partNumber`, 1 to 10,000.
+pub(crate) fn part_number(session: &Session) -> Result<u32, S3Error> {
+    query(session, "partNumber")
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|n| (1..=10_000).contains(n))
+        .ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })
+}
+
 /// This route's upload id of the request, when Floe handed it out.
 pub fn our_upload(session: &Session) -> Option<String> {
     query(session, "uploadId")
@@ -118,15 +131,7 @@ impl WritebackFilter {
             return Ok(false);
         };
         self.node.learn_upload(id, key).await?;
-        let n = query(session, "partNumber")
-            .and_then(|n| n.parse::<u32>().ok())
-            .filter(|n| (1..=10_000).contains(n))
-            .ok_or_else(|| {
-                S3Error::new(
-                    S3ErrorCode::InvalidArgument,
-                    "Part number must be an integer between 1 and 10000, inclusive",
-                )
-            })?;
+        let n = part_number(session)?;
         let size = body_size(session).ok_or_else(|| {
             S3Error::new(
                 S3ErrorCode::MissingContentLength,
