@@ -88,6 +88,9 @@ def test_a_form_its_policy_does_not_allow_stores_nothing(floe_patterns, direct):
     v2 = {"url": form["url"], "fields": {"key": "forms/refused.bin", "AWSAccessKeyId": "k", "signature": "s",
                                          "policy": form["fields"]["policy"]}}
     assert code(post(v2, b"x")) == (400, "InvalidRequest")
+    tagged = presigned(floe_patterns.port, "team-one", "forms/refused.bin", fields={"tagging": "<Tagging/>"},
+                       conditions=[{"tagging": "<Tagging/>"}])
+    assert code(post(tagged, b"x")) == (501, "NotImplemented")  # never silently untagged
     assert missing(direct, "team-one", "forms/refused.bin")
 
 

@@ -83,6 +83,13 @@ pub(crate) async fn admit(
             "The body of your POST request is not well-formed multipart/form-data.",
         )
     })?;
+    if form.get("tagging").is_some() {
+        // Its XML would have to become x-amz-tagging; refused rather than silently dropped.
+        return Err(S3Error::new(
+            S3ErrorCode::NotImplemented,
+            "Floe does not carry the tagging field of a POST upload; tag the object after it.",
+        ));
+    }
     let key = object_key(&form)?;
     let bucket = ctx.bucket.as_ref().map_or("", |b| b.as_str());
     let post = PostRequest {
