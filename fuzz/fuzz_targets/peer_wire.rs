@@ -8,8 +8,8 @@ use floe_core::fleet::PeerCall;
 use floe_ring::wire::{verify, ReplayGuard};
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|input: (String, Vec<u8>, String, Vec<String>)| {
-    let (header, body, bucket, keys) = input;
+fuzz_target!(|input: (String, Vec<u8>, String, Vec<String>, bool)| {
+    let (header, body, bucket, keys, every) = input;
     let guard = ReplayGuard::default();
     assert!(!verify(
         b"fleet-secret",
@@ -23,6 +23,10 @@ fuzz_target!(|input: (String, Vec<u8>, String, Vec<String>)| {
         body: Bytes::from(body),
     };
     let _ = Forget::decode(&call);
-    let forget = Forget { bucket, keys };
+    let forget = Forget {
+        bucket,
+        keys,
+        every,
+    };
     assert_eq!(Forget::decode(&forget.call()), Ok(forget));
 });
