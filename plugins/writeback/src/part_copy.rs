@@ -41,12 +41,7 @@ impl WritebackFilter {
         check_source_conditions(session, &head)?;
         let (first, last) = source_range(header(session, "x-amz-copy-source-range"), head.size)?;
         let len = if head.size == 0 { 0 } else { last + 1 - first };
-        let plan = self.node.plan(&opts, len).ok_or_else(|| {
-            S3Error::new(
-                S3ErrorCode::SlowDown,
-                "Too few write-back nodes for this part; retry.",
-            )
-        })?;
+        let plan = self.part_plan(&opts, len)?;
         let bytes: Box<dyn ByteStream> = match (len, source.version.as_deref()) {
             (0, _) => Box::new(Nothing),
             (_, Some(v)) if v != "null" => origin
@@ -69,14 +64,7 @@ impl WritebackFilter {
             .node
             .stage_part(plan, obj, &mut body, &mut ctx.phases)
             .await?;
-        let etag = record.etag.clone();
-        let (node, upload) = (self.node.clone(), id.to_owned());
-        let old = tokio::task::spawn_blocking(move || node.uploads.put_part(&upload, n, record))
-            .await
-            .map_err(internal)??;
-        if let Some(old) = old {
-            self.node.free(&old).await;
-        }
+        let etag = self.keep_part(id, n, record).await?;
         let modified = httpdate::fmt_http_date(std::time::SystemTime::now());
         let body = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CopyPartResult><LastModified>{}</LastModified><ETag>{}</ETag></CopyPartResult>",

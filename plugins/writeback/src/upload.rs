@@ -138,12 +138,7 @@ impl WritebackFilter {
                 "You must provide the Content-Length HTTP header.",
             )
         })?;
-        let plan = self.node.plan(&opts, size).ok_or_else(|| {
-            S3Error::new(
-                S3ErrorCode::SlowDown,
-                "Too few write-back nodes for this part; retry.",
-            )
-        })?;
+        let plan = self.part_plan(&opts, size)?;
         if !ctx.body_stage.as_mut().is_none_or(|s| s.plain()) {
             return Err(S3Error::new(
                 S3ErrorCode::NotImplemented,
@@ -164,14 +159,7 @@ impl WritebackFilter {
                 .stage_part(plan, obj, &mut body, &mut ctx.phases)
                 .await?
         };
-        let etag = record.etag.clone();
-        let (node, i) = (self.node.clone(), id.to_owned());
-        let old = tokio::task::spawn_blocking(move || node.uploads.put_part(&i, n, record))
-            .await
-            .map_err(internal)??;
-        if let Some(old) = old {
-            self.node.free(&old).await;
-        }
+        let etag = self.keep_part(id, n, record).await?;
         answer(
             session,
             ctx,
@@ -180,6 +168,39 @@ impl WritebackFilter {
             String::new(),
         )
         .await
+    }
+
+    /// Where a part of `size` bytes is staged; 503 while too few nodes can take it.
+    pub(crate) fn part_plan(
+        &self,
+        opts: &crate::config::RouteOptions,
+        size: u64,
+    ) -> Result<crate::stage::Plan, S3Error> {
+        self.node.plan(opts, size).ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::SlowDown,
+                "Too few write-back nodes for this part; retry.",
+            )
+        })
+    }
+
+    /// Keeps staged `record` as part `n` of upload `id` and frees the part it replaces; the
+    /// part's ETag.
+    pub(crate) async fn keep_part(
+        &self,
+        id: &str,
+        n: u32,
+        record: crate::journal::Record,
+    ) -> Result<String, S3Error> {
+        let etag = record.etag.clone();
+        let (node, upload) = (self.node.clone(), id.to_owned());
+        let old = tokio::task::spawn_blocking(move || node.uploads.put_part(&upload, n, record))
+            .await
+            .map_err(internal)??;
+        if let Some(old) = old {
+            self.node.free(&old).await;
+        }
+        Ok(etag)
     }
 
     /// CompleteMultipartUpload: the chosen parts, re-encoded as one staged write.
