@@ -69,7 +69,7 @@ impl S3Mode {
         let bucket = addressed.bucket.to_owned();
         if !bucket.is_empty() {
             // S3's own answer to a name it would never create, on any route or none.
-            BucketName::parse(&bucket).map_err(|e| {
+            BucketName::check(&bucket).map_err(|e| {
                 S3Error::new(
                     S3ErrorCode::InvalidBucketName,
                     "The specified bucket is not valid.",

@@ -43,6 +43,13 @@ impl BucketName {
     /// a-z, 0-9, '.', '-', starting and ending with a letter or digit, no `..`, `.-`, `-.`,
     /// not an IPv4 address, none of S3's reserved prefixes and suffixes.
     pub fn parse(s: &str) -> Result<Self, NameError> {
+        Self::check(s)?;
+        Ok(Self(Arc::from(s)))
+    }
+
+    /// [`BucketName::parse`]'s rules without keeping the name (no allocation: for a check on
+    /// every request).
+    pub fn check(s: &str) -> Result<(), NameError> {
         if !(3..=63).contains(&s.len()) {
             return Err(NameError::BucketLength(s.to_owned()));
         }
@@ -62,7 +69,7 @@ impl BucketName {
         if reserved {
             return Err(NameError::BucketReserved(s.to_owned()));
         }
-        Ok(Self(Arc::from(s)))
+        Ok(())
     }
 
     /// The name as text.
