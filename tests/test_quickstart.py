@@ -19,9 +19,18 @@ def test_quickstart_config_serves_and_caches(tmp_path):
         s3.put_object(Bucket="warehouse", Key="t/data/x.parquet", Body=body)
         assert (tmp_path / "data" / "warehouse" / "t" / "data" / "x.parquet").read_bytes() == body
         first = s3.get_object(Bucket="warehouse", Key="t/data/x.parquet", Range="bytes=0-1048575")
-        again = s3.get_object(Bucket="warehouse", Key="t/data/x.parquet", Range="bytes=0-1048575")
-        assert first["Body"].read() == again["Body"].read() == body[:1 << 20]
-        assert again["ResponseMetadata"]["HTTPHeaders"]["x-floe-cache"] == "hit"
+        assert first["Body"].read() == body[:1 << 20]
+        # The PUT of a Parquet file warms its footer; that fill covers the whole (single) block, so
+        # the first read misses or joins it ("wait"), and a re-read made while it still runs waits
+        # on it too; once it is stored, "hit". Never a second "miss" (a second origin fetch).
+        assert first["ResponseMetadata"]["HTTPHeaders"]["x-floe-cache"] in ("miss", "wait")
+        labels = []
+        while "hit" not in labels:
+            assert len(labels) < 200, labels
+            again = s3.get_object(Bucket="warehouse", Key="t/data/x.parquet", Range="bytes=0-1048575")
+            assert again["Body"].read() == body[:1 << 20]
+            labels.append(again["ResponseMetadata"]["HTTPHeaders"]["x-floe-cache"])
+        assert set(labels) <= {"wait", "hit"}, labels
         assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["warehouse"]
     finally:
         p.stop()
