@@ -21,16 +21,13 @@ use crate::list::{self, ListAsk};
 use crate::metrics;
 use crate::node::Node;
 use crate::propagate::origin_of;
-use crate::propagate::{upload, Origins};
+use crate::propagate::Origins;
 use crate::session_body::{
     body_size, continue_body, expected_digests, header, internal, kept_headers, origin_only,
     SessionBody,
 };
-use crate::stage::{Object, Outcome};
-
-/// How many staged writes of a key a DELETE or origin-bound write puts at the origin first
-/// (one unless writes of the key keep arriving while it waits).
-const FLUSH_ROUNDS: usize = 4;
+use crate::settle::Settled;
+use crate::stage::Object;
 
 /// Longest a request waits for a node back from away to catch up (catch-up itself ends within
 /// the repair grace, 10 s by default, whatever its peers do).
@@ -101,25 +98,12 @@ impl WritebackFilter {
                 .stage(plan, obj, &mut body, &mut ctx.phases)
                 .await?
         };
-        let (etag, mode) = match outcome {
-            Outcome::Staged(acked) => {
-                // Durable now: the write before it is freed everywhere before the answer, so
-                // no node propagates it after this one.
-                if let Some(p) = &prior {
-                    self.node.free(p).await;
-                }
-                (acked.record.etag, "staged")
-            }
-            Outcome::NeedsSync(r) => {
-                let synced = Started::now();
-                self.flush_before(prior.as_ref(), &r).await?;
-                let etag = self.sync(*r).await?;
-                // At the origin now: no node may answer the version it replaced after this.
-                self.node.forget_everywhere(&self.bucket, key).await;
-                floe_core::spans::record(&mut ctx.phases, || Phase::new("writeback.sync", synced));
-                (etag, "sync")
-            }
-        };
+        let synced = Started::now();
+        let (etag, settled) = self.node.settle(prior.as_ref(), outcome).await?;
+        if settled == Settled::Sync {
+            floe_core::spans::record(&mut ctx.phases, || Phase::new("writeback.sync", synced));
+        }
+        let mode = settled.as_str();
         metrics::put(mode, started.elapsed());
         ctx.ext.insert(Mode(mode));
         let mut resp = ResponseHeader::build(200, Some(4)).map_err(internal)?;
@@ -138,64 +122,15 @@ impl WritebackFilter {
     }
 
     /// Puts staged write `r` at the origin now, because a later write or delete of its key is
-    /// about to go to the origin itself: the older one must land first (or stay acknowledged
-    /// and staged when it cannot: then the later request is refused, 503, and changes
-    /// nothing). See [`crate::flush`].
+    /// about to go to the origin itself (see [`crate::flush`]).
     pub(crate) async fn flush(&self, r: &Arc<Record>) -> Result<(), S3Error> {
         self.node.flush(r).await
     }
 
-    /// Before a request on `key` that the origin answers itself (a delete, a copy, a change
-    /// of the object's tags): the key's staged writes land first, so whatever the origin
-    /// answers, nothing acknowledged is lost or undone (a failed delete leaves the staged
-    /// write at the origin, as acknowledged). A newer write staged meanwhile lands too (a few
-    /// rounds: a key written without pause overlaps this request anyway).
+    /// The key's staged writes land first (see [`Node::flush_object`]); the request goes on.
     async fn flush_key(&self, key: &str) -> Result<bool, S3Error> {
-        self.flush_object(&self.bucket, key).await
-    }
-
-    /// [`Self::flush_key`] for an object of any bucket (a copy's source).
-    async fn flush_object(&self, bucket: &str, key: &str) -> Result<bool, S3Error> {
-        for _ in 0..FLUSH_ROUNDS {
-            let Some(r) = self.node.dirty(bucket, key) else {
-                break;
-            };
-            self.flush(&r).await?;
-        }
+        self.node.flush_object(&self.bucket, key).await?;
         Ok(false)
-    }
-
-    /// Before write `r` goes to the origin itself (`sync`): the staged write before it
-    /// (`prior`) lands first, which also frees it; when it cannot, `r` is freed and refused.
-    pub(crate) async fn flush_before(
-        &self,
-        prior: Option<&Arc<Record>>,
-        r: &Record,
-    ) -> Result<(), S3Error> {
-        let Some(p) = prior else {
-            return Ok(());
-        };
-        if let Err(e) = self.flush(p).await {
-            self.node.free(r).await;
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// Writes `r` to the origin from its fragments, then frees them; the ETag to answer.
-    pub(crate) async fn sync(&self, r: Record) -> Result<String, S3Error> {
-        let origin = origin_of(&self.origins, &self.bucket);
-        let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
-        let r = Arc::new(r);
-        let result = upload(&self.node, &*origin, &r).await;
-        self.node.free(&r).await;
-        result.map_err(|e| {
-            S3Error::new(
-                S3ErrorCode::SlowDown,
-                format!("the write could not be made durable: {e}"),
-            )
-        })?;
-        Ok(r.etag.clone())
     }
 
     async fn get(
@@ -471,7 +406,8 @@ impl RequestFilter for WritebackFilter {
             // copy would read the version before it, or find none), then the target's.
             S3Op::CopyObject | S3Op::UploadPartCopy => {
                 if let Some(source) = copy_source(session) {
-                    self.flush_object(source.bucket.as_str(), source.key.as_str())
+                    self.node
+                        .flush_object(source.bucket.as_str(), source.key.as_str())
                         .await?;
                 }
                 match (ctx.op, crate::upload::our_upload(session)) {

@@ -25,6 +25,7 @@ pub mod read;
 pub mod read_through;
 pub mod service;
 pub mod session_body;
+pub mod settle;
 pub mod stage;
 pub use plugin::FACTORY;
 pub mod list;

@@ -11,7 +11,7 @@ use crate::propagate::origin_of;
 use crate::session_body::{
     body_size, continue_body, internal, kept_headers, origin_only, SessionBody,
 };
-use crate::stage::{BodySource, Object, Outcome};
+use crate::stage::{BodySource, Object};
 
 /// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
 const MAX_COMPLETE_BODY: usize = 2 << 20;
@@ -231,35 +231,24 @@ impl WritebackFilter {
         let mut body = PartsBody::new(self.node.clone(), parts);
         let started = std::time::Instant::now();
         let (etag, mode) = match self.node.plan(&opts, total) {
-            Some(plan) => match self
-                .node
-                .stage(plan, obj, &mut body, &mut ctx.phases)
-                .await?
-            {
-                Outcome::Staged(acked) => {
-                    // Durable now: the write before it is freed everywhere (see `put`).
-                    if let Some(p) = &prior {
-                        self.node.free(p).await;
-                    }
-                    (acked.record.etag, "staged")
-                }
-                Outcome::NeedsSync(r) => {
-                    self.flush_before(prior.as_ref(), &r).await?;
-                    (self.sync(*r).await?, "sync")
-                }
-            },
+            Some(plan) => {
+                let outcome = self
+                    .node
+                    .stage(plan, obj, &mut body, &mut ctx.phases)
+                    .await?;
+                let (etag, settled) = self.node.settle(prior.as_ref(), outcome).await?;
+                (etag, settled.as_str())
+            }
             None => {
                 if let Some(p) = &prior {
                     self.flush(p).await?;
                 }
                 let etag = self.parts_to_origin(key, total, &up.headers, body).await?;
+                // At the origin now: no node may answer the version it replaced after this.
+                self.node.forget_everywhere(&self.bucket, key).await;
                 (etag, "sync")
             }
         };
-        if mode == "sync" {
-            // At the origin now: no node may answer the version it replaced after this.
-            self.node.forget_everywhere(&self.bucket, key).await;
-        }
         crate::metrics::put(mode, started.elapsed());
         self.node.forget_upload(id).await;
         for p in up.parts.values() {
