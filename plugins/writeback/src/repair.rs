@@ -57,23 +57,25 @@ impl Node {
             counts.examined.fetch_add(1, Ordering::Relaxed);
             // The header first: a fragment whose header lies (or fails its CRC) is not this
             // write's, whatever its shards say.
-            if !self.header_of(r, p.index).await {
-                bad.insert(p.index);
-                continue;
-            }
-            for j in 0..g.stripes().max(1) {
-                let shard = if g.stripes() == 0 {
-                    None
-                } else {
-                    self.shard_of(r, p.index, j).await
-                };
-                let ok = g.stripes() == 0
-                    || shard
-                        .as_deref()
-                        .is_some_and(|s| codec::verified(&g, j, s).is_some());
-                if !ok {
+            // Only what was read and found wrong (or missing) is bad: a fragment that could not
+            // be read now (a lost answer, a slow node) is looked at again next pass, never
+            // dropped on a guess (dropping k good fragments so would lose the write).
+            match self.header_of(r, p.index).await {
+                Check::Good => {}
+                Check::Bad => {
                     bad.insert(p.index);
-                    break;
+                    continue;
+                }
+                Check::Unknown => continue,
+            }
+            for j in 0..g.stripes() {
+                match self.shard_of(r, p.index, j).await {
+                    Ok(s) if codec::verified(&g, j, &s).is_some() => {}
+                    Ok(_) | Err(Check::Bad) => {
+                        bad.insert(p.index);
+                        break;
+                    }
+                    Err(_) => break,
                 }
             }
         }
@@ -111,6 +113,12 @@ impl Node {
         if targets.is_empty() {
             return None;
         }
+        // The first stripe decodes from the fragments left before any copy is dropped: a
+        // rebuild that cannot read them leaves every fragment where it is.
+        let mut first = match g.stripes() {
+            0 => None,
+            _ => Some(self.stripe(r, 0).await.ok()?),
+        };
         for (_, t) in &targets {
             let _ = self.call(t, drop_call(r, bad)).await;
         }
@@ -118,7 +126,10 @@ impl Node {
         let mut offs = vec![0u64; targets.len()];
         let mut enc = Encoder::new(g);
         for j in 0..g.stripes() {
-            let data = self.stripe(r, j).await.ok()?;
+            let data = match first.take() {
+                Some(data) => data,
+                None => self.stripe(r, j).await.ok()?,
+            };
             let shards =
                 tokio::task::spawn_blocking(move || enc.encode(j, &data).map(|s| (enc, s)))
                     .await
@@ -195,9 +206,9 @@ impl Node {
 
     /// Whether fragment `index` of `r` has an intact header naming `r`'s geometry, id and
     /// this index (false when it cannot be read).
-    async fn header_of(self: &Arc<Self>, r: &Record, index: u8) -> bool {
+    async fn header_of(self: &Arc<Self>, r: &Record, index: u8) -> Check {
         let Some(p) = r.placements.iter().find(|p| p.index == index) else {
-            return false;
+            return Check::Bad;
         };
         let path = format!(
             "/frag?id={}&idx={index}&off=0&len={}",
@@ -209,19 +220,28 @@ impl Node {
             path,
             body: Bytes::new(),
         };
-        let Ok(reply) = self.call(&self.peer_of(p), call).await else {
-            return false;
+        let reply = match self.call(&self.peer_of(p), call).await {
+            Ok(reply) if reply.status < 500 => reply,
+            _ => return Check::Unknown,
         };
         match codec::parse_header(&reply.body) {
-            Ok((geo, i, id)) if reply.status == 200 => {
-                geo == r.geometry && i == index && id == *r.id.bytes()
+            Ok((geo, i, id))
+                if reply.status == 200
+                    && geo == r.geometry
+                    && i == index
+                    && id == *r.id.bytes() =>
+            {
+                Check::Good
             }
-            _ => false,
+            _ => Check::Bad,
         }
     }
 
-    async fn shard_of(self: &Arc<Self>, r: &Record, index: u8, j: u64) -> Option<Bytes> {
-        let p = r.placements.iter().find(|p| p.index == index)?;
+    /// Shard `j` of fragment `index` of `r` with its CRC; `Err(Bad)` when its node answered
+    /// it has none, `Err(Unknown)` when the node could not be read.
+    async fn shard_of(self: &Arc<Self>, r: &Record, index: u8, j: u64) -> Result<Bytes, Check> {
+        let p = r.placements.iter().find(|p| p.index == index);
+        let p = p.ok_or(Check::Bad)?;
         let g = &r.geometry;
         let path = format!(
             "/frag?id={}&idx={index}&off={}&len={}",
@@ -240,10 +260,22 @@ impl Node {
             )
             .await
         {
-            Ok(reply) if reply.status == 200 => Some(reply.body),
-            _ => None,
+            Ok(reply) if reply.status == 200 => Ok(reply.body),
+            Ok(reply) if reply.status < 500 => Err(Check::Bad),
+            _ => Err(Check::Unknown),
         }
     }
+}
+
+/// What a look at a fragment found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Read and intact.
+    Good,
+    /// Read and wrong, or its node answered it has none.
+    Bad,
+    /// Its node could not be read now.
+    Unknown,
 }
 
 /// Frees the fragments of `r` with indices in `bad` that a node may still hold.
@@ -278,7 +310,7 @@ pub struct Repairer {
 impl Repairer {
     /// Drops copies of records their coordinator no longer keeps (freed while this node was
     /// away); asks about each at most every [`COPY_CHECK`].
-    async fn prune_copies(
+    pub(crate) async fn prune_copies(
         &self,
         checked: &mut std::collections::HashMap<crate::id::ObjectId, Instant>,
     ) {
@@ -342,7 +374,7 @@ impl Repairer {
         }
     }
 
-    async fn pass(
+    pub(crate) async fn pass(
         &self,
         scrub: bool,
         gone_since: &mut std::collections::HashMap<crate::id::ObjectId, Instant>,
