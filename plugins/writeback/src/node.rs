@@ -19,6 +19,13 @@ use crate::service::{Store, SERVICE};
 /// Marks a `DELETE /obj` of a write freed because the origin holds it.
 const AT_ORIGIN: &str = "&at_origin=1";
 
+/// How many times a journal copy or a free is sent to a live member before it is given up
+/// (a member that misses one serves what the fleet moved past until it catches up).
+pub const DELIVERY_ATTEMPTS: u32 = 3;
+
+/// The pause before a delivery's next attempt, times the attempts so far.
+const DELIVERY_PAUSE: Duration = Duration::from_millis(20);
+
 /// How long one fragment call may take.
 pub const CALL_WAIT: Duration = Duration::from_secs(10);
 
@@ -427,6 +434,30 @@ impl Node {
         self.fleet.call(peer, SERVICE, call, wait).await
     }
 
+    /// As [`Node::call_within`], tried again (up to [`DELIVERY_ATTEMPTS`] in all) while the
+    /// call fails and `peer` is still a live member: for the calls whose loss would leave a
+    /// live node serving what the fleet moved past (a journal copy, a free). The call must be
+    /// idempotent (its answer may be lost after it was served).
+    pub async fn deliver(
+        self: &Arc<Self>,
+        peer: &PeerRef,
+        call: PeerCall,
+        wait: Duration,
+    ) -> Result<PeerReply, PeerError> {
+        let mut attempt = 1;
+        loop {
+            match self.call_within(peer, call.clone(), wait).await {
+                Ok(reply) if reply.status < 500 => return Ok(reply),
+                done if attempt >= DELIVERY_ATTEMPTS || self.fleet.member(&peer.id).is_none() => {
+                    return done
+                }
+                _ => {}
+            }
+            tokio::time::sleep(DELIVERY_PAUSE * attempt).await;
+            attempt += 1;
+        }
+    }
+
     /// Whether this node propagates `r`: its coordinator does; while the coordinator is not
     /// live, the first live node holding one of its fragments (by index) takes it over. Two
     /// nodes uploading the same bytes at once is harmless; none uploading would not be.
@@ -474,8 +505,8 @@ impl Node {
                     path: format!("/obj?id={id}{flag}"),
                     body: bytes::Bytes::new(),
                 };
-                if let Err(e) = me.call_within(&peer, call, wait).await {
-                    tracing::debug!(%id, node = %peer.id, error = %e, "freeing a fragment failed");
+                if let Err(e) = me.deliver(&peer, call, wait).await {
+                    tracing::info!(%id, node = %peer.id, error = %e, "freeing a fragment failed");
                 }
             });
         }

@@ -400,8 +400,8 @@ impl Node {
                     path: "/journal".into(),
                     body,
                 };
-                if let Err(e) = me.call_within(&peer, call, wait).await {
-                    tracing::debug!(node = %peer.id, error = %e, "journal copy failed");
+                if let Err(e) = me.deliver(&peer, call, wait).await {
+                    tracing::info!(node = %peer.id, error = %e, "journal copy failed");
                 }
             });
         }
