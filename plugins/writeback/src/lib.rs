@@ -35,6 +35,8 @@ pub mod multipart;
 pub mod repair;
 pub mod room;
 pub mod sweep;
+#[cfg(test)]
+mod testbed;
 pub mod upload;
 pub mod upload_files;
 pub mod uploading;

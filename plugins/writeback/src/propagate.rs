@@ -124,7 +124,10 @@ pub struct Propagator {
 
 impl Propagator {
     /// One pass over this node's dirty writes; returns when the next one is due.
-    async fn pass(&self, due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>) -> Duration {
+    pub(crate) async fn pass(
+        &self,
+        due: &mut HashMap<crate::id::ObjectId, (Instant, Duration)>,
+    ) -> Duration {
         let mut wait = self.retry_max;
         // A node catching up (at start, or back from a freeze) may index a write the fleet
         // freed or overtook meanwhile: nothing goes to the origin before it knows.

@@ -1,0 +1,153 @@
+//! The faults, each as a fixed schedule on the test bed (4 nodes, k=2 m=1 w=3).
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::{Bed, BUCKET};
+
+const KEY: &str = "t/data/a.parquet";
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn v(n: u8) -> Bytes {
+    Bytes::from(vec![n; 9000])
+}
+
+async fn bed() -> Bed {
+    Bed::new(4, 2, 1, 3, 7).await
+}
+
+#[test]
+fn a_failed_delete_leaves_the_acknowledged_write() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        bed.put(0, KEY, v(1)).await.unwrap();
+        assert!(
+            bed.delete(1, KEY).await.is_err(),
+            "the staged write cannot land first"
+        );
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(1)));
+    });
+}
+
+#[test]
+fn a_refused_overwrite_leaves_the_acknowledged_write() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        bed.put(0, KEY, v(1)).await.unwrap();
+        // Two nodes left: fewer than w, so the overwrite goes to the origin, which is cut.
+        bed.kill(2);
+        bed.kill(3);
+        assert!(bed.put(1, KEY, v(2)).await.is_err());
+        // Still the key's write (its fragments may be out of reach: a read is 503, never v0).
+        assert!(bed.node(0).unwrap().dirty(BUCKET, KEY).is_some());
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(1)));
+    });
+}
+
+#[test]
+fn a_delete_acknowledged_while_a_holder_was_down_stays_deleted() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.put(0, KEY, v(1)).await.unwrap();
+        let r = bed.node(0).unwrap().dirty(BUCKET, KEY).unwrap();
+        let holder = r.placements.iter().find(|p| p.node != "n0").unwrap();
+        let away: usize = holder.node[1..].parse().unwrap();
+        bed.kill(away);
+        bed.delete(0, KEY).await.unwrap();
+        bed.start(away).await;
+        assert!(
+            bed.get(away, KEY).await.is_err(),
+            "not served before it caught up"
+        );
+        bed.catch_up(away, false).await;
+        assert_eq!(bed.get(away, KEY).await.unwrap(), None);
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), None);
+    });
+}
+
+#[test]
+fn a_restarted_node_serves_the_write_acknowledged_while_it_was_down() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.store(KEY, v(0)).unwrap();
+        bed.kill(3);
+        bed.put(0, KEY, v(1)).await.unwrap();
+        bed.start(3).await;
+        assert!(
+            bed.get(3, KEY).await.is_err(),
+            "not the origin's v0 before it caught up"
+        );
+        bed.catch_up(3, false).await;
+        assert_eq!(bed.get(3, KEY).await.unwrap(), Some(v(1)));
+    });
+}
+
+#[test]
+fn an_upload_whose_answer_was_lost_is_not_uploaded_over_a_later_write() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.put(0, KEY, v(1)).await.unwrap();
+        bed.origin.lose_answers.store(1, Ordering::SeqCst);
+        bed.propagate(0).await;
+        assert_eq!(bed.staged(), 0, "the origin holds it: freed");
+        bed.put(1, KEY, v(2)).await.unwrap();
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(2)));
+    });
+}
+
+#[test]
+fn a_coordinator_killed_after_the_ack_propagates_after_its_restart() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        bed.put(0, KEY, v(1)).await.unwrap();
+        bed.kill(0);
+        // Another node took over propagating it, but the origin is cut: nothing lands.
+        bed.propagate(1).await;
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(1)));
+    });
+}
+
+#[test]
+fn an_overwrite_through_another_node_wins_over_the_staged_write() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        bed.put(0, KEY, v(1)).await.unwrap();
+        bed.put(2, KEY, v(2)).await.unwrap();
+        for i in 0..4 {
+            assert_eq!(bed.get(i, KEY).await.unwrap(), Some(v(2)), "node {i}");
+        }
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(2)));
+    });
+}
+
+#[test]
+fn a_tiny_write_scrubs_clean_and_propagates() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        let tiny = Bytes::from_static(b"t/metadata/v.json@6;");
+        bed.put(1, KEY, tiny.clone()).await.unwrap();
+        bed.repair(1).await;
+        bed.propagate(1).await;
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(tiny));
+    });
+}

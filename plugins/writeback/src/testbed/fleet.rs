@@ -1,0 +1,241 @@
+//! An in-memory fleet: each member's peer calls go straight to another member's
+//! [`Node::serve`], unless it is down or a scripted fault drops the call (before it arrives,
+//! or after it was served: the answer is lost and the caller sees a failure for work done).
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use floe_core::fleet::{
+    BlockAsk, Fleet, Peer, PeerBody, PeerCall, PeerError, PeerRef, PeerReply, PeerServer,
+};
+use floe_core::{ETag, ObjectHead};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::node::Node;
+
+/// A member's state.
+struct Member {
+    peer: PeerRef,
+    node: Option<Arc<Node>>,
+}
+
+/// Drops of peer calls: each call is dropped before it arrives with `before` per mille, and
+/// its answer lost after it was served with `after` per mille; never more than
+/// [`MAX_STREAK`] times in a row for one call to one node (a link that loses every retry is a
+/// partition, which this bed does not model: see the module's docs).
+pub struct CallFaults {
+    rng: StdRng,
+    /// Per mille of calls never delivered.
+    pub before: u32,
+    /// Per mille of calls served whose answer is lost.
+    pub after: u32,
+    /// Calls dropped so far.
+    pub dropped: u64,
+    /// Nodes that die at the next call they get: before serving it (`false`) or after (`true`:
+    /// what it did is on its disk, the answer never leaves).
+    crash_at_next: std::collections::HashMap<String, bool>,
+    /// Drops in a row by (node, method, path).
+    streaks: std::collections::HashMap<(String, &'static str, String), u32>,
+}
+
+/// The most drops in a row of one call to one node.
+pub const MAX_STREAK: u32 = 2;
+
+/// The fleet's members and faults, shared by every member's [`MemFleet`].
+pub struct Registry {
+    members: RwLock<BTreeMap<String, Member>>,
+    faults: Mutex<CallFaults>,
+}
+
+impl Registry {
+    /// A fleet of `ids`, none running yet; call faults drawn from `seed`.
+    pub fn new(ids: &[String], seed: u64) -> Arc<Self> {
+        let members = ids
+            .iter()
+            .map(|id| {
+                let peer = Arc::new(Peer {
+                    id: Arc::from(id.as_str()),
+                    addr: Arc::from(format!("mem://{id}").as_str()),
+                });
+                (id.clone(), Member { peer, node: None })
+            })
+            .collect();
+        Arc::new(Self {
+            members: RwLock::new(members),
+            faults: Mutex::new(CallFaults {
+                rng: StdRng::seed_from_u64(seed),
+                before: 0,
+                after: 0,
+                dropped: 0,
+                crash_at_next: Default::default(),
+                streaks: Default::default(),
+            }),
+        })
+    }
+
+    /// Runs `node` as member `id` (it answers calls from now on).
+    pub fn up(&self, id: &str, node: Arc<Node>) {
+        if let Some(m) = self.members.write().unwrap().get_mut(id) {
+            m.node = Some(node);
+        }
+    }
+
+    /// Takes member `id` down (killed: its calls fail, it is out of every view).
+    pub fn down(&self, id: &str) {
+        if let Some(m) = self.members.write().unwrap().get_mut(id) {
+            m.node = None;
+        }
+    }
+
+    /// Sets the call drop rates (per mille).
+    pub fn set_faults(&self, before: u32, after: u32) {
+        let mut f = self.faults.lock().unwrap();
+        (f.before, f.after) = (before, after);
+    }
+
+    /// No more faults: no drops, no crash to come.
+    pub fn calm(&self) {
+        let mut f = self.faults.lock().unwrap();
+        (f.before, f.after) = (0, 0);
+        f.crash_at_next.clear();
+    }
+
+    /// Member `id` dies at the next call it gets, before serving it or after.
+    pub fn crash_at_next_call(&self, id: &str, after_serving: bool) {
+        let mut f = self.faults.lock().unwrap();
+        f.crash_at_next.insert(id.to_owned(), after_serving);
+    }
+
+    /// Whether member `id` runs.
+    pub fn is_up(&self, id: &str) -> bool {
+        self.node(id).is_some()
+    }
+
+    fn crashes(&self, id: &str, after_serving: bool) -> bool {
+        let mut f = self.faults.lock().unwrap();
+        if f.crash_at_next.get(id) != Some(&after_serving) {
+            return false;
+        }
+        f.crash_at_next.remove(id);
+        drop(f);
+        self.down(id);
+        true
+    }
+
+    fn roll(&self, to: &str, call: &PeerCall, per_mille: impl Fn(&CallFaults) -> u32) -> bool {
+        let mut f = self.faults.lock().unwrap();
+        let p = per_mille(&f);
+        let hit = p > 0 && f.rng.random_range(0..1000) < p;
+        let streak = f
+            .streaks
+            .entry((to.to_owned(), call.method, call.path.clone()))
+            .or_default();
+        let hit = hit && *streak < MAX_STREAK;
+        *streak = if hit { *streak + 1 } else { 0 };
+        f.dropped += u64::from(hit);
+        hit
+    }
+
+    fn live(&self) -> Vec<PeerRef> {
+        let m = self.members.read().unwrap();
+        m.values()
+            .filter(|m| m.node.is_some())
+            .map(|m| m.peer.clone())
+            .collect()
+    }
+
+    fn node(&self, id: &str) -> Option<Arc<Node>> {
+        self.members.read().unwrap().get(id)?.node.clone()
+    }
+}
+
+/// One member's view of the fleet.
+pub struct MemFleet {
+    /// This member's id.
+    pub me: Arc<str>,
+    /// The fleet.
+    pub registry: Arc<Registry>,
+}
+
+fn weight(name: &str, id: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (name, id).hash(&mut h);
+    h.finish()
+}
+
+#[async_trait]
+impl Fleet for MemFleet {
+    fn node_id(&self) -> &Arc<str> {
+        &self.me
+    }
+
+    fn owner(&self, _: &str, _: &str, _: u64) -> Option<PeerRef> {
+        None
+    }
+
+    async fn head(
+        &self,
+        _: &PeerRef,
+        _: &str,
+        _: &str,
+        _: Option<&ETag>,
+    ) -> Result<ObjectHead, PeerError> {
+        Err(PeerError::NotFound)
+    }
+
+    async fn blocks(&self, _: &PeerRef, _: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
+        Err(PeerError::NotFound)
+    }
+
+    fn serve(&self, _: &str, _: Arc<dyn PeerServer>) {}
+
+    fn ranked(&self, name: &str) -> Vec<PeerRef> {
+        let mut live = self.registry.live();
+        live.sort_by_key(|p| std::cmp::Reverse(weight(name, &p.id)));
+        live
+    }
+
+    fn member(&self, id: &str) -> Option<PeerRef> {
+        self.registry.live().into_iter().find(|p| *p.id == *id)
+    }
+
+    fn expects_peers(&self) -> bool {
+        true
+    }
+
+    fn others(&self) -> Vec<PeerRef> {
+        let mut v = self.registry.live();
+        v.retain(|p| *p.id != *self.me);
+        v
+    }
+
+    async fn call(
+        &self,
+        peer: &PeerRef,
+        _service: &str,
+        call: PeerCall,
+        _wait: Duration,
+    ) -> Result<PeerReply, PeerError> {
+        let down = || PeerError::Unavailable(format!("{} is down", peer.id));
+        let node = self.registry.node(&peer.id).ok_or_else(down)?;
+        if self.registry.crashes(&peer.id, false) {
+            return Err(down());
+        }
+        if self.registry.roll(&peer.id, &call, |f| f.before) {
+            return Err(PeerError::Unavailable("call dropped".into()));
+        }
+        let sent = call.clone();
+        let reply = node.serve(call).await;
+        if self.registry.crashes(&peer.id, true) {
+            return Err(down());
+        }
+        if self.registry.roll(&peer.id, &sent, |f| f.after) {
+            return Err(PeerError::Unavailable("answer lost".into()));
+        }
+        Ok(reply)
+    }
+}
