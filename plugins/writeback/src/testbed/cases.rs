@@ -151,3 +151,25 @@ fn a_tiny_write_scrubs_clean_and_propagates() {
         assert_eq!(bed.origin.body(KEY), Some(tiny));
     });
 }
+
+#[test]
+fn a_flipped_byte_in_a_fragment_header_or_shard_is_found_by_the_scrub_and_rebuilt() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        // m = 1: one bad fragment per write can be rebuilt; a header byte in one, a shard
+        // byte in the other.
+        for (key, at) in [(KEY, 3u64), ("t/b", 200)] {
+            bed.put(0, key, v(1)).await.unwrap();
+            let r = bed.node(0).unwrap().dirty(BUCKET, key).unwrap();
+            let p = &r.placements[1];
+            let holder: usize = p.node[1..].parse().unwrap();
+            let store = &bed.node(holder).unwrap().store;
+            store.fragments.corrupt(&r.id, p.index, at).unwrap();
+        }
+        assert_eq!(bed.repair(0).await, 2, "both flipped fragments rebuilt");
+        assert_eq!(bed.repair(0).await, 0, "and then intact");
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(1)));
+    });
+}

@@ -234,9 +234,9 @@ impl Bed {
     }
 
     /// One repair pass of node `i`: a scrub of the writes it propagates, then the copies of
-    /// other coordinators' writes checked.
-    pub async fn repair(&self, i: usize) {
-        let Some(node) = self.node(i) else { return };
+    /// other coordinators' writes checked. The fragments it rebuilt.
+    pub async fn repair(&self, i: usize) -> u64 {
+        let Some(node) = self.node(i) else { return 0 };
         let r = Repairer {
             node: node.clone(),
             scrub_every: Duration::from_secs(1),
@@ -247,6 +247,7 @@ impl Bed {
         };
         r.pass(true, &mut HashMap::new()).await;
         r.prune_copies(&mut HashMap::new()).await;
+        r.counts.repaired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Heals everything (every node up, the origin back, no dropped calls) and runs the

@@ -129,7 +129,7 @@ async fn run(ops: &[Op], seed: u64) -> Result<(), String> {
             Op::Start(i) => bed.start(i).await,
             Op::CatchUp(i) => bed.catch_up(i, false).await,
             Op::Propagate(i) => bed.propagate(i).await,
-            Op::Repair(i) => bed.repair(i).await,
+            Op::Repair(i) => drop(bed.repair(i).await),
             Op::Cut(cut) => bed.origin.cut.store(cut, Ordering::SeqCst),
             Op::LoseOriginAnswer => {
                 bed.origin.lose_answers.fetch_add(1, Ordering::SeqCst);
