@@ -434,26 +434,34 @@ impl Node {
         self.fleet.call(peer, SERVICE, call, wait).await
     }
 
-    /// As [`Node::call_within`], tried again (up to [`DELIVERY_ATTEMPTS`] in all) while the
-    /// call fails and `peer` is still a live member: for the calls whose loss would leave a
-    /// live node serving what the fleet moved past (a journal copy, a free). The call must be
-    /// idempotent (its answer may be lost after it was served).
+    /// As [`Node::call_within`], tried again (up to [`DELIVERY_ATTEMPTS`] in all, all within
+    /// `wait`) while the call fails and `peer` is still a live member: for the calls whose
+    /// loss would leave a live node serving what the fleet moved past (a journal copy, a
+    /// free). The call must be idempotent (its answer may be lost after it was served).
     pub async fn deliver(
         self: &Arc<Self>,
         peer: &PeerRef,
         call: PeerCall,
         wait: Duration,
     ) -> Result<PeerReply, PeerError> {
+        let deadline = tokio::time::Instant::now() + wait;
         let mut attempt = 1;
         loop {
-            match self.call_within(peer, call.clone(), wait).await {
-                Ok(reply) if reply.status < 500 => return Ok(reply),
-                done if attempt >= DELIVERY_ATTEMPTS || self.fleet.member(&peer.id).is_none() => {
-                    return done
-                }
-                _ => {}
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let done = self.call_within(peer, call.clone(), left).await;
+            let pause = DELIVERY_PAUSE * attempt;
+            let again = match &done {
+                Ok(reply) => reply.status >= 500,
+                Err(_) => true,
+            };
+            if !again
+                || attempt >= DELIVERY_ATTEMPTS
+                || left <= pause
+                || self.fleet.member(&peer.id).is_none()
+            {
+                return done;
             }
-            tokio::time::sleep(DELIVERY_PAUSE * attempt).await;
+            tokio::time::sleep(pause).await;
             attempt += 1;
         }
     }
