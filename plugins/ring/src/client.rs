@@ -24,7 +24,12 @@ use pingora::upstreams::peer::HttpPeer;
 use crate::metrics;
 use crate::wire::{enc, sign, HeadDoc, AUTH, NODE, SOURCE};
 
-const IDLE: Option<Duration> = Some(Duration::from_secs(60));
+/// How long an idle pooled connection is kept: well under the peer server's keep-alive (60 s,
+/// Pingora's), so the asker drops a connection before the peer closes it under a reuse.
+const IDLE: Option<Duration> = Some(Duration::from_secs(30));
+/// Tries of one ask on pooled connections that turn out closed (the last on a fresh one when
+/// the pool holds fewer).
+const STALE_RETRIES: u32 = 4;
 /// Largest head document read.
 const MAX_HEAD_DOC: usize = 1 << 20;
 
@@ -105,27 +110,42 @@ impl PeerClient {
             if let Some(t) = floe_core::trace::current_header() {
                 req.insert_header("traceparent", t).map_err(unavailable)?;
             }
-            let (mut s, _) = self
-                .connector
-                .get_http_session(&hp)
-                .await
-                .map_err(unavailable)?;
-            s.write_request_header(Box::new(req))
-                .await
-                .map_err(unavailable)?;
-            if !body.is_empty() {
-                s.write_request_body(body, true)
+            // A pooled connection the peer closed while it sat idle fails at once, before
+            // any answer: the ask goes again (every peer call is idempotent), at most until the
+            // pool is drained and a fresh connection fails too.
+            let mut tries = 0;
+            let s = loop {
+                tries += 1;
+                let (mut s, reused) = self
+                    .connector
+                    .get_http_session(&hp)
                     .await
                     .map_err(unavailable)?;
-            }
-            s.finish_request_body().await.map_err(unavailable)?;
-            s.read_response_header().await.map_err(unavailable)?;
+                match Self::exchange(&mut s, req.clone(), body.clone()).await {
+                    Ok(()) => break s,
+                    Err(e) if reused && tries < STALE_RETRIES => {
+                        tracing::debug!(peer = %peer.id, error = %e, "pooled connection closed: asking again");
+                    }
+                    Err(e) => return Err(unavailable(e)),
+                }
+            };
             let status = s.response_header().map_or(0, |h| h.status.as_u16());
             Ok((s, hp, status))
         };
         tokio::time::timeout(wait, work)
             .await
             .map_err(|_| unavailable(format!("{} did not answer in {wait:?}", peer.id)))?
+    }
+
+    /// Writes the request and reads the answer's header on `s`.
+    async fn exchange(s: &mut HttpSession, req: RequestHeader, body: Bytes) -> pingora::Result<()> {
+        s.write_request_header(Box::new(req)).await?;
+        if !body.is_empty() {
+            s.write_request_body(body, true).await?;
+        }
+        s.finish_request_body().await?;
+        s.read_response_header().await?;
+        Ok(())
     }
 
     fn status_error(status: u16) -> PeerError {
