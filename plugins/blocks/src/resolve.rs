@@ -133,6 +133,11 @@ impl BlockFilter {
                 .await
             {
                 let m = Arc::new(m);
+                tracing::debug!(
+                    key = key.as_str(),
+                    etag = m.etag.as_str(),
+                    "resolved from a persisted mapping"
+                );
                 self.map.put_unless_dropped(key.as_str(), m.clone(), ticket);
                 return (Ok(Some((m, true))), None);
             }
@@ -140,6 +145,11 @@ impl BlockFilter {
         // A write acknowledged on this node and not at the origin yet is the version, whatever
         // the owner knows.
         if let Some(head) = self.origin.local_head(bucket, key) {
+            tracing::debug!(
+                key = key.as_str(),
+                etag = head.etag.as_str(),
+                "resolved from a staged write"
+            );
             let m = self.remember(key, Mapping::new(head, class), ticket);
             return (Ok(Some((m, false))), None);
         }
@@ -164,7 +174,14 @@ impl BlockFilter {
             .head(bucket, key, known.as_ref().map(|m| &m.etag))
             .await
         {
-            Ok(Some(head)) => Mapping::new(head, class),
+            Ok(Some(head)) => {
+                tracing::debug!(
+                    key = key.as_str(),
+                    etag = head.etag.as_str(),
+                    "resolved at the origin"
+                );
+                Mapping::new(head, class)
+            }
             Ok(None) => match &known {
                 Some(m) => Mapping {
                     checked: Instant::now(),
@@ -218,10 +235,11 @@ impl BlockFilter {
             .head(&owner, &self.bucket_key, key.as_str(), stale)
             .await
         {
-            Ok(head) => Ok(Ok(Some((
-                self.remember(key, Mapping::new(head, class), ticket),
-                false,
-            )))),
+            Ok(head) => {
+                tracing::debug!(key = key.as_str(), etag = head.etag.as_str(), owner = %owner.id, "resolved by the owner");
+                let m = self.remember(key, Mapping::new(head, class), ticket);
+                Ok(Ok(Some((m, false))))
+            }
             Err(PeerError::NotFound) => Ok(Ok(None)),
             Err(e) => {
                 tracing::debug!(owner = %owner.id, error = %e, "owner did not resolve: asking the origin");
@@ -302,6 +320,11 @@ impl BlockFilter {
             Err(OriginError::NotFound | OriginError::Status(416)) => return (Ok(None), None),
             Err(e) => return (Err(e), None),
         };
+        tracing::debug!(
+            key = key.as_str(),
+            etag = got.head.etag.as_str(),
+            "resolved by the request's GET"
+        );
         let m = self.remember(key, Mapping::new(got.head, class), ticket);
         let adopted = (m.size > 0).then(|| {
             let target = self.target(bucket, key, &m);

@@ -233,6 +233,9 @@ impl Node {
             }
             self.recount(&mut d);
         }
+        for (_, key) in &gone {
+            tracing::debug!(%id, %key, at_origin, "unindexed");
+        }
         for (bucket, key) in gone.iter().filter(|_| !at_origin) {
             self.forget_version(bucket, key);
         }
@@ -312,6 +315,7 @@ impl Node {
             self.recount(&mut d);
             out
         };
+        tracing::debug!(id = %this.id, key = %this.key, acked_ms = this.acked_ms, kept, displaced = ?displaced.as_ref().map(|d| d.id), "indexed");
         if let Some(old) = displaced {
             self.retire(old);
         }
