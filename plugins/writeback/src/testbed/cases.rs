@@ -173,3 +173,27 @@ fn a_flipped_byte_in_a_fragment_header_or_shard_is_found_by_the_scrub_and_rebuil
         assert_eq!(bed.origin.body(KEY), Some(v(1)));
     });
 }
+
+#[test]
+fn a_body_that_does_not_match_its_content_md5_is_refused_and_leaves_the_write_before() {
+    block_on(async {
+        let mut bed = bed().await;
+        bed.origin.cut.store(true, Ordering::SeqCst);
+        bed.put(0, KEY, v(1)).await.unwrap();
+        let md5_of_v3 = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            md5::Digest::finalize(<md5::Md5 as md5::Digest>::new_with_prefix(v(3))),
+        );
+        let headers = [("content-md5", md5_of_v3.as_str())];
+        let expected = crate::digests::Expected::from_headers(headers.into_iter()).unwrap();
+        let refused = bed.put_with(1, KEY, v(2), expected).await.unwrap_err();
+        assert_eq!(refused.code, floe_core::S3ErrorCode::BadDigest);
+        for i in 0..4 {
+            let r = bed.node(i).unwrap().dirty(BUCKET, KEY).unwrap();
+            assert_eq!(r.geometry.size, 9000, "node {i} still indexes v1");
+        }
+        assert_eq!(bed.get(2, KEY).await.unwrap(), Some(v(1)));
+        bed.heal().await;
+        assert_eq!(bed.origin.body(KEY), Some(v(1)));
+    });
+}

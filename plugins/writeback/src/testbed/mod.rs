@@ -159,6 +159,17 @@ impl Bed {
     /// A PUT of `body` as `key` through node `i`, as the filter runs it: staged when the
     /// fleet can take it, else to the origin after the key's staged write. The ETag.
     pub async fn put(&self, i: usize, key: &str, body: Bytes) -> Result<String, S3Error> {
+        self.put_with(i, key, body, Default::default()).await
+    }
+
+    /// [`Bed::put`] with the integrity headers the client sent (`expected`).
+    pub async fn put_with(
+        &self,
+        i: usize,
+        key: &str,
+        body: Bytes,
+        expected: crate::digests::Expected,
+    ) -> Result<String, S3Error> {
         let node = self.serving(i)?;
         let prior = node.dirty(BUCKET, key);
         let Some(plan) = node.plan(&self.opts, body.len() as u64) else {
@@ -171,7 +182,7 @@ impl Bed {
             bucket: BUCKET,
             key,
             headers: Vec::new(),
-            expected: Default::default(),
+            expected,
         };
         let mut phases = Vec::new();
         let outcome = node
