@@ -26,6 +26,10 @@ pub const DELIVERY_ATTEMPTS: u32 = 3;
 /// The pause before a delivery's next attempt, times the attempts so far.
 const DELIVERY_PAUSE: Duration = Duration::from_millis(20);
 
+/// The longest a write waits for its request to free the write it overtakes before it is
+/// propagated anyway (a free is bounded by the fragment calls' wait).
+pub const SETTLE_WAIT: Duration = Duration::from_secs(60);
+
 /// How long one fragment call may take.
 pub const CALL_WAIT: Duration = Duration::from_secs(10);
 
@@ -65,6 +69,10 @@ pub struct Node {
     pub recent: RecentMembers,
     /// Origins by bucket, for a flush asked by another node (see [`crate::flush`]).
     pub origins: std::sync::OnceLock<crate::propagate::Origins>,
+    /// Writes journaled whose request has not freed the write they overtake yet: not
+    /// propagated before (see [`Node::settle`]), so an upload of the older one still under
+    /// way elsewhere lands first.
+    settling: std::sync::Mutex<std::collections::HashSet<crate::id::ObjectId>>,
 }
 
 impl Node {
@@ -91,6 +99,7 @@ impl Node {
             recatch: Notify::new(),
             recent: RecentMembers::default(),
             origins: std::sync::OnceLock::new(),
+            settling: std::sync::Mutex::default(),
         }
     }
 
@@ -109,6 +118,24 @@ impl Node {
             .lock()
             .map(|mut q| std::mem::take(&mut *q))
             .unwrap_or_default()
+    }
+
+    /// Marks write `id` settling (`true`) or settled (`false`).
+    pub(crate) fn set_settling(&self, id: crate::id::ObjectId, settling: bool) {
+        if let Ok(mut s) = self.settling.lock() {
+            match settling {
+                true => s.insert(id),
+                false => s.remove(&id),
+            };
+        }
+    }
+
+    /// Whether write `r` may be uploaded: not while its request still frees the write it
+    /// overtakes, unless that has taken longer than [`SETTLE_WAIT`] (a request that died).
+    pub fn settled(&self, r: &Record) -> bool {
+        let settling = self.settling.lock().is_ok_and(|s| s.contains(&r.id));
+        let age = crate::journal::now_ms().saturating_sub(r.acked_ms);
+        !settling || age > SETTLE_WAIT.as_millis() as u64
     }
 
     /// This node's id.
@@ -173,7 +200,7 @@ impl Node {
         // (A write freed because the origin holds it takes no lock: its uploader frees it
         // while holding its own, and two uploaders of one key would wait on each other.)
         let _held = match self.superseded_here(&call) {
-            Some(r) => Some(self.uploading.lock(&r.bucket, &r.key).await),
+            Some((bucket, key)) => Some(self.uploading.lock(&bucket, &key).await),
             None => None,
         };
         let store = self.store.clone();
@@ -206,15 +233,19 @@ impl Node {
         reply
     }
 
-    /// The indexed write a `DELETE /obj?id=I` frees because it was overtaken (not because
-    /// the origin holds it).
-    fn superseded_here(&self, call: &PeerCall) -> Option<Arc<Record>> {
+    /// The bucket and key of the write a `DELETE /obj?id=I` frees because it was overtaken
+    /// (not because the origin holds it), when this node indexes it or is uploading it (a
+    /// newer write's copy may have displaced it from the index while its upload runs).
+    fn superseded_here(&self, call: &PeerCall) -> Option<(String, String)> {
         let id = call.path.strip_prefix("/obj?id=")?;
         if call.method != "DELETE" || id.ends_with(AT_ORIGIN) {
             return None;
         }
         let id = crate::id::ObjectId::parse(id)?;
-        self.all_dirty().into_iter().find(|r| r.id == id)
+        match self.all_dirty().into_iter().find(|r| r.id == id) {
+            Some(r) => Some((r.bucket.clone(), r.key.clone())),
+            None => self.uploading.key_of(&id),
+        }
     }
 
     /// Drops write `id` from the index, whatever its key; `at_origin`: it was freed because the

@@ -57,6 +57,7 @@ pub async fn upload(
         base64::engine::general_purpose::STANDARD.encode(md5),
     ));
     let size = r.geometry.size;
+    let _running = node.uploading.running(r.id, &r.bucket, &r.key);
     let body = node.range(r.clone(), 0, size.saturating_sub(1));
     let body: Box<dyn floe_core::ByteStream> = if size == 0 {
         Box::new(Empty)
@@ -145,7 +146,7 @@ impl Propagator {
             .node
             .all_dirty()
             .into_iter()
-            .filter(|r| self.node.propagates(r))
+            .filter(|r| self.node.propagates(r) && self.node.settled(r))
         {
             let now = Instant::now();
             if let Some((at, _)) = due.get(&r.id) {

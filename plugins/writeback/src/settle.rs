@@ -46,10 +46,14 @@ impl Node {
         match outcome {
             Outcome::Staged(acked) => {
                 // Durable now: the write before it is freed everywhere before the answer, so
-                // no node propagates it after this one.
+                // no node propagates it after this one. A free waits for an upload of it under
+                // way (on its propagating node), and only then may this one be propagated: the
+                // origin ends with the newer write.
                 if let Some(p) = prior {
                     self.free(p).await;
                 }
+                self.set_settling(acked.record.id, false);
+                self.journaled.notify_one();
                 Ok((acked.record.etag, Settled::Staged))
             }
             Outcome::NeedsSync(r) => {

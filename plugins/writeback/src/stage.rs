@@ -369,6 +369,8 @@ impl Node {
             .await
             .map_err(internal)?
             .map_err(internal)?;
+        // Not propagated before its request freed the write it overtakes (see `settle`).
+        self.set_settling(acked.record.id, true);
         self.replicate(&acked.record).await;
         crate::metrics::phase("journal", started.elapsed());
         floe_core::spans::record(trace, || {

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
 
+use crate::id::ObjectId;
+
 /// A key's lock: its bucket and key.
 type KeyOf = (String, String);
 
@@ -17,6 +19,23 @@ type KeyOf = (String, String);
 #[derive(Default)]
 pub struct Uploading {
     locks: Mutex<HashMap<KeyOf, Arc<tokio::sync::Mutex<()>>>>,
+    /// The writes being uploaded now, by id: a free of one that a newer write already
+    /// displaced from the index still finds its key, and waits for the upload.
+    running: Mutex<HashMap<ObjectId, KeyOf>>,
+}
+
+/// An upload under way; it is no longer once this drops.
+pub struct Running<'a> {
+    uploading: &'a Uploading,
+    id: ObjectId,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.uploading.running.lock() {
+            r.remove(&self.id);
+        }
+    }
 }
 
 impl Uploading {
@@ -31,6 +50,22 @@ impl Uploading {
             entry.or_default().clone()
         };
         Some(lock.lock_owned().await)
+    }
+
+    /// Notes that write `id` of `bucket`/`key` is being uploaded, until the mark drops.
+    pub fn running(&self, id: ObjectId, bucket: &str, key: &str) -> Running<'_> {
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(id, (bucket.to_owned(), key.to_owned()));
+        }
+        Running {
+            uploading: self,
+            id,
+        }
+    }
+
+    /// The bucket and key of write `id` if it is being uploaded now.
+    pub fn key_of(&self, id: &ObjectId) -> Option<KeyOf> {
+        self.running.lock().ok()?.get(id).cloned()
     }
 }
 

@@ -197,3 +197,29 @@ fn a_body_that_does_not_match_its_content_md5_is_refused_and_leaves_the_write_be
         assert_eq!(bed.origin.body(KEY), Some(v(1)));
     });
 }
+
+#[test]
+fn an_older_write_still_uploading_lands_before_the_write_that_overtook_it() {
+    block_on(async {
+        let bed = bed().await;
+        bed.put(0, KEY, v(1)).await.unwrap();
+        // v1's upload reads its body, then the link is slow for 1.5 s before the origin has it.
+        bed.origin.slow_next_put_ms.store(1500, Ordering::SeqCst);
+        let overtake = async {
+            while bed.origin.puts_in_flight.load(Ordering::SeqCst) == 0 {
+                tokio::task::yield_now().await;
+            }
+            // v2 through another node while v1's upload is under way: its answer waits until
+            // v1 landed (freeing v1 waits for that upload), and only then is v2 propagated.
+            bed.put(1, KEY, v(2)).await.unwrap();
+            bed.propagate(1).await;
+        };
+        tokio::join!(bed.propagate(0), overtake);
+        let held = bed.origin.body(KEY).map(|b| b[0]);
+        assert_eq!(
+            held,
+            Some(2),
+            "the origin ends with the newer write (v2), not v1"
+        );
+    });
+}

@@ -30,6 +30,10 @@ pub struct MemOrigin {
     pub cut: AtomicBool,
     /// PUTs still to store whose answer is lost.
     pub lose_answers: AtomicU32,
+    /// The next PUT takes this long (ms) between reading its body and storing it: a slow link.
+    pub slow_next_put_ms: std::sync::atomic::AtomicU64,
+    /// PUTs reading or storing their body now.
+    pub puts_in_flight: AtomicU32,
 }
 
 /// A whole body as one piece.
@@ -131,11 +135,17 @@ impl OriginReader for MemOrigin {
         mut body: Box<dyn ByteStream>,
     ) -> Result<ETag, OriginError> {
         self.check()?;
+        self.puts_in_flight.fetch_add(1, Ordering::SeqCst);
         let mut all = BytesMut::new();
         while let Some(piece) = body.next().await? {
             all.extend_from_slice(&piece);
         }
         let all = all.freeze();
+        let slow = self.slow_next_put_ms.swap(0, Ordering::SeqCst);
+        if slow > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(slow)).await;
+        }
+        self.puts_in_flight.fetch_sub(1, Ordering::SeqCst);
         let md5 = Md5::digest(&all);
         let sent = headers.iter().find(|(n, _)| n == "content-md5");
         let b64 = base64::engine::general_purpose::STANDARD.encode(md5);
