@@ -153,6 +153,12 @@ impl Node {
         let Some(since) = floe_core::away::Away::global().away_since_now(mark) else {
             return;
         };
+        self.back_from_away(since);
+    }
+
+    /// Sends the node back to catching up: this process was away (frozen) since `since`
+    /// (wall-clock ms), so what the fleet freed or acknowledged meanwhile may not be here.
+    pub(crate) fn back_from_away(&self, since: u64) {
         if self.caught_up_flag.swap(false, Ordering::AcqRel) {
             tracing::warn!(
                 since_ms = since,

@@ -38,6 +38,8 @@ pub struct CallFaults {
     /// Nodes that die at the next call they get: before serving it (`false`) or after (`true`:
     /// what it did is on its disk, the answer never leaves).
     crash_at_next: std::collections::HashMap<String, bool>,
+    /// Members frozen (SIGSTOP): still in every view, answering nothing.
+    paused: std::collections::HashSet<String>,
     /// Drops in a row by (node, method, path).
     streaks: std::collections::HashMap<(String, &'static str, String), u32>,
 }
@@ -72,6 +74,7 @@ impl Registry {
                 after: 0,
                 dropped: 0,
                 crash_at_next: Default::default(),
+                paused: Default::default(),
                 streaks: Default::default(),
             }),
         })
@@ -97,11 +100,25 @@ impl Registry {
         (f.before, f.after) = (before, after);
     }
 
-    /// No more faults: no drops, no crash to come.
+    /// No more faults: no drops, no crash to come (a paused member stays paused).
     pub fn calm(&self) {
         let mut f = self.faults.lock().unwrap();
         (f.before, f.after) = (0, 0);
         f.crash_at_next.clear();
+    }
+
+    /// Freezes member `id` (`true`) or thaws it.
+    pub fn pause(&self, id: &str, paused: bool) {
+        let mut f = self.faults.lock().unwrap();
+        match paused {
+            true => f.paused.insert(id.to_owned()),
+            false => f.paused.remove(id),
+        };
+    }
+
+    /// Whether member `id` is frozen.
+    pub fn is_paused(&self, id: &str) -> bool {
+        self.faults.lock().unwrap().paused.contains(id)
     }
 
     /// Member `id` dies at the next call it gets, before serving it or after.
@@ -224,6 +241,12 @@ impl Fleet for MemFleet {
         let node = self.registry.node(&peer.id).ok_or_else(down)?;
         if self.registry.crashes(&peer.id, false) {
             return Err(down());
+        }
+        if self.registry.is_paused(&peer.id) {
+            return Err(PeerError::Unavailable(format!(
+                "{} did not answer",
+                peer.id
+            )));
         }
         if self.registry.roll(&peer.id, &call, |f| f.before) {
             return Err(PeerError::Unavailable("call dropped".into()));

@@ -141,15 +141,39 @@ impl Bed {
         self.nodes[i] = None;
     }
 
+    /// Freezes node `i` (SIGSTOP): it stays in every view, answers nothing, does nothing.
+    pub fn pause(&self, i: usize) {
+        self.registry.pause(&self.ids[i], true);
+    }
+
+    /// Thaws node `i` (SIGCONT): it notices it was away and catches up before it answers.
+    pub fn resume(&self, i: usize) {
+        if !self.registry.is_paused(&self.ids[i]) {
+            return;
+        }
+        self.registry.pause(&self.ids[i], false);
+        if let Some(n) = self.node(i) {
+            n.back_from_away(crate::journal::now_ms());
+        }
+    }
+
+    /// Node `i` when it runs and is not frozen (a frozen node does no work).
+    fn awake(&self, i: usize) -> Option<&Arc<Node>> {
+        self.node(i)
+            .filter(|_| !self.registry.is_paused(&self.ids[i]))
+    }
+
     /// One catch-up pass of node `i` (`give_up`: its grace is over).
     pub async fn catch_up(&self, i: usize, give_up: bool) {
-        if let Some(n) = self.node(i).filter(|n| !n.is_caught_up()) {
+        if let Some(n) = self.awake(i).filter(|n| !n.is_caught_up()) {
             n.catch_up(give_up).await;
         }
     }
 
     fn serving(&self, i: usize) -> Result<&Arc<Node>, S3Error> {
-        let node = self.node(i).ok_or_else(|| slow_down("the node is down"))?;
+        let node = self
+            .awake(i)
+            .ok_or_else(|| slow_down("the node is down or frozen"))?;
         match node.is_caught_up() {
             true => Ok(node),
             false => Err(slow_down("the node is catching up")),
@@ -233,7 +257,7 @@ impl Bed {
 
     /// One propagation pass of node `i` (every write due).
     pub async fn propagate(&self, i: usize) {
-        let Some(node) = self.node(i) else { return };
+        let Some(node) = self.awake(i) else { return };
         let p = Propagator {
             node: node.clone(),
             origins: self.origins.clone(),
@@ -247,7 +271,7 @@ impl Bed {
     /// One repair pass of node `i`: a scrub of the writes it propagates, then the copies of
     /// other coordinators' writes checked. The fragments it rebuilt.
     pub async fn repair(&self, i: usize) -> u64 {
-        let Some(node) = self.node(i) else { return 0 };
+        let Some(node) = self.awake(i) else { return 0 };
         let r = Repairer {
             node: node.clone(),
             scrub_every: Duration::from_secs(1),
@@ -269,6 +293,7 @@ impl Bed {
             .cut
             .store(false, std::sync::atomic::Ordering::SeqCst);
         for i in 0..self.len() {
+            self.resume(i);
             self.start(i).await;
         }
         for round in 1..=20 {

@@ -30,6 +30,8 @@ enum Op {
     LoseOriginAnswer,
     Drops { before: u32, after: u32 },
     CrashAtNextCall { node: usize, after_serving: bool },
+    Pause(usize),
+    Resume(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -48,6 +50,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<bool>().prop_map(Op::Cut),
         1 => Just(Op::LoseOriginAnswer),
         1 => (n.clone(), any::<bool>()).prop_map(|(node, after_serving)| Op::CrashAtNextCall { node, after_serving }),
+        1 => n.clone().prop_map(Op::Pause),
+        2 => n.clone().prop_map(Op::Resume),
         1 => (prop_oneof![Just(0u32), Just(50), Just(200)], prop_oneof![Just(0u32), Just(50), Just(200)])
             .prop_map(|(before, after)| Op::Drops { before, after }),
     ]
@@ -135,6 +139,8 @@ async fn run(ops: &[Op], seed: u64) -> Result<(), String> {
                 bed.origin.lose_answers.fetch_add(1, Ordering::SeqCst);
             }
             Op::Drops { before, after } => bed.registry.set_faults(before, after),
+            Op::Pause(i) => bed.pause(i),
+            Op::Resume(i) => bed.resume(i),
             Op::CrashAtNextCall {
                 node,
                 after_serving,
