@@ -48,7 +48,14 @@ impl Node {
         };
         let outcome = match asked {
             None => self.flush_here(r).await,
-            Some(Ok(reply)) if reply.status == 204 => Ok(()),
+            // At the origin (or overtaken) now. The propagating node freed it in its own view
+            // of the fleet, which may be short of members right after it was frozen: this node
+            // frees it too, so no member keeps serving it after the request that follows (a
+            // DELETE would otherwise leave it readable on a member the other view missed).
+            Some(Ok(reply)) if reply.status == 204 => {
+                self.free_propagated(r).await;
+                Ok(())
+            }
             // The propagating node does not index the write (it missed its journal copy): it
             // cannot be uploading it either, so this node does.
             Some(Ok(reply)) if reply.status == 404 => self.flush_here(r).await,
