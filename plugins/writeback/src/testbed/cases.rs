@@ -4,17 +4,9 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::{Bed, BUCKET};
+use super::{block_on, Bed, BUCKET};
 
 const KEY: &str = "t/data/a.parquet";
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
 
 fn v(n: u8) -> Bytes {
     Bytes::from(vec![n; 9000])

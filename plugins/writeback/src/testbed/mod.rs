@@ -28,6 +28,15 @@ use crate::stage::{BodySource, Object};
 use fleet::{MemFleet, Registry};
 use origin::MemOrigin;
 
+/// Runs `f` to its end on a one-thread runtime (each test its own, so schedules never mix).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 /// The one bucket.
 pub const BUCKET: &str = "lake";
 

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::Bed;
+use super::{block_on, Bed};
 
 const NODES: usize = 4;
 const KEYS: [&str; 3] = ["t/data/a.parquet", "t/metadata/v.json", "t/c"];
@@ -175,14 +175,6 @@ async fn run(ops: &[Op], seed: u64) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 proptest! {
