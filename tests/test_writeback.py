@@ -449,6 +449,13 @@ def test_a_boto3_multipart_upload_is_staged_part_by_part_and_read_whole(wb, dire
     page = c.list_parts(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"],
                         MaxParts=1, PartNumberMarker=1)
     assert [p["PartNumber"] for p in page["Parts"]] == [2] and page["IsTruncated"] and page["NextPartNumberMarker"] == 2
+    # A part under 5 MiB that is not the last: refused as S3 refuses it (the origin would never
+    # take these parts when the write propagates).
+    with pytest.raises(Exception) as e:
+        c.complete_multipart_upload(
+            Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"],
+            MultipartUpload={"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]} for p in listed["Parts"]]})
+    assert "EntityTooSmall" in str(e.value)
     c.abort_multipart_upload(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"])
     with pytest.raises(Exception) as e:
         c.list_parts(Bucket=BUCKET, Key="wb/data/00007-x.parquet", UploadId=bad["UploadId"])
@@ -553,8 +560,15 @@ def test_an_upload_spread_over_every_node_lists_completes_and_aborts_anywhere(wb
     with pytest.raises(Exception) as e:
         c[0].upload_part(Bucket=BUCKET, Key="wb/data/00011-gone.parquet", UploadId=gone, PartNumber=2, Body=b"y")
     assert "NoSuchUpload" in str(e.value)
+    # S3's ETag of a completed upload: the MD5 of the parts' MD5s and their count. The origin
+    # gets the same parts, so it ends with the ETag the client was answered.
+    want = '"%s-3"' % hashlib.md5(b"".join(hashlib.md5(chunks[n]).digest() for n in (1, 2, 3))).hexdigest()
+    assert done["ETag"] == want
+    assert all(get(nd.port, key).headers["etag"] == want for nd in nodes)
     relay.up()
     wait_until("the spread upload to reach the origin", lambda: at_origin(direct, key) == whole, timeout=30)
+    assert direct.head_object(Bucket=BUCKET, Key=key)["ETag"] == want
+    assert all(get(nd.port, key).headers["etag"] == want for nd in nodes)
 
 
 def test_list_multipart_uploads_shows_the_fleets_uploads_beside_the_origins(wb, direct):

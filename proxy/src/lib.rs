@@ -16,6 +16,7 @@ pub mod hedge;
 pub mod metrics;
 pub mod mode;
 pub mod origin;
+pub mod origin_parts;
 pub mod origin_reader;
 pub mod otel;
 pub mod post;

@@ -74,13 +74,13 @@ impl PingoraOriginReader {
 
     /// As `send`, streaming `body` (its length already in `extra`'s content-length), with the
     /// URI query `query` (encoded; `""`: none).
-    async fn send_body(
+    pub(crate) async fn send_body(
         &self,
         bucket: &BucketName,
         (key, query): (&ObjectKey, &str),
         method: &str,
         extra: &[(&str, String)],
-        mut body: Option<Box<dyn ByteStream>>,
+        body: Option<&mut (dyn ByteStream + '_)>,
     ) -> Result<(HttpSession, HttpPeer, OwnedSemaphorePermit, u16), OriginError> {
         let transport = |e: &dyn std::fmt::Display| OriginError::Transport(e.to_string());
         if self.origin.breaker.is_open() {
@@ -126,7 +126,7 @@ impl PingoraOriginReader {
             .write_request_header(Box::new(req))
             .await
             .map_err(|e| transport(&e))?;
-        if let Some(body) = body.as_mut() {
+        if let Some(body) = body {
             while let Some(piece) = body.next().await? {
                 session
                     .write_request_body(piece, false)
@@ -145,6 +145,15 @@ impl PingoraOriginReader {
         self.origin.breaker.success();
         let status = session.response_header().map_or(0, |h| h.status.as_u16());
         Ok((session, peer, permit, status))
+    }
+}
+
+impl PingoraOriginReader {
+    /// Hands `session` back to the pool once its answer was read whole.
+    pub(crate) async fn release(&self, session: HttpSession, peer: &HttpPeer) {
+        self.connector
+            .release_http_session(session, peer, IDLE)
+            .await;
     }
 }
 
@@ -193,7 +202,7 @@ fn content_range(v: &str) -> Option<(u64, u64, u64)> {
     Some((a.parse().ok()?, b.parse().ok()?, size.parse().ok()?))
 }
 
-fn header(session: &HttpSession, name: &str) -> Option<String> {
+pub(crate) fn header(session: &HttpSession, name: &str) -> Option<String> {
     session
         .response_header()?
         .headers
@@ -250,7 +259,7 @@ impl OriginReader for PingoraOriginReader {
         key: &ObjectKey,
         len: u64,
         headers: &[(String, String)],
-        body: Box<dyn ByteStream>,
+        mut body: Box<dyn ByteStream>,
     ) -> Result<ETag, OriginError> {
         let mut extra: Vec<(&str, String)> = headers
             .iter()
@@ -258,7 +267,7 @@ impl OriginReader for PingoraOriginReader {
             .collect();
         extra.push(("content-length", len.to_string()));
         let (mut session, peer, _permit, status) = self
-            .send_body(bucket, (key, ""), "PUT", &extra, Some(body))
+            .send_body(bucket, (key, ""), "PUT", &extra, Some(body.as_mut()))
             .await?;
         let etag = header(&session, "etag");
         while let Ok(Some(_)) = session.read_response_body().await {}
@@ -272,6 +281,17 @@ impl OriginReader for PingoraOriginReader {
             404 => Err(OriginError::NotFound),
             s => Err(OriginError::Status(s)),
         }
+    }
+
+    async fn put_parts(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        headers: &[(String, String)],
+        parts: &[floe_core::PartSpan],
+        body: Box<dyn ByteStream>,
+    ) -> Result<ETag, OriginError> {
+        self.upload_parts(bucket, key, headers, parts, body).await
     }
 
     async fn get_current(

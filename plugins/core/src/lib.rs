@@ -34,5 +34,5 @@ pub mod wire;
 pub use error::{chain, xml_escape, Cause, S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::{plain_read, response_overrides, version_read, S3Op};
-pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader};
+pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader, PartSpan};
 pub use types::{BucketName, ETag, NameError, ObjectKey, RequestId};

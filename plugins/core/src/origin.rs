@@ -35,6 +35,16 @@ pub struct Fetched {
     pub body: Box<dyn ByteStream>,
 }
 
+/// One part of a write uploaded in parts: its length, and the MD5 of its bytes (sent as the
+/// part's `Content-MD5`, so the origin checks it, and what its part ETag is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartSpan {
+    /// Bytes in the part.
+    pub len: u64,
+    /// MD5 of the part's bytes.
+    pub md5: [u8; 16],
+}
+
 /// Why an origin read failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OriginError {
@@ -93,6 +103,22 @@ pub trait OriginReader: Send + Sync {
         _key: &ObjectKey,
         _len: u64,
         _headers: &[(String, String)],
+        _body: Box<dyn ByteStream>,
+    ) -> Result<ETag, OriginError> {
+        Err(OriginError::Status(501))
+    }
+
+    /// Writes `key` as a multipart upload (create, one UploadPart per span of `parts` read in
+    /// order from `body`, complete) with `headers` on the create, so the origin's ETag is S3's
+    /// multipart ETag of exactly those parts; returns it. An upload that fails is aborted (best
+    /// effort: the origin's own lifecycle reaps what an abort could not reach). Default: not
+    /// supported.
+    async fn put_parts(
+        &self,
+        _bucket: &BucketName,
+        _key: &ObjectKey,
+        _headers: &[(String, String)],
+        _parts: &[PartSpan],
         _body: Box<dyn ByteStream>,
     ) -> Result<ETag, OriginError> {
         Err(OriginError::Status(501))

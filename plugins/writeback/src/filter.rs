@@ -90,6 +90,7 @@ impl WritebackFilter {
             key,
             headers,
             expected,
+            parts: Vec::new(),
         };
         let started = std::time::Instant::now();
         let outcome = {

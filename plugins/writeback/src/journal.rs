@@ -29,6 +29,39 @@ pub struct Placement {
     pub addr: String,
 }
 
+/// One part of a write a client completed from parts: its size and its quoted MD5 ETag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// Bytes in the part.
+    pub size: u64,
+    /// The part's ETag (quoted MD5 of its bytes).
+    pub etag: String,
+}
+
+impl Part {
+    /// What an origin upload of the part needs: its length and MD5 (`None`: an ETag that is no
+    /// MD5, which a staged part never has).
+    pub fn span(&self) -> Option<floe_core::PartSpan> {
+        let md5 = crate::etag::md5_of(&self.etag)?;
+        Some(floe_core::PartSpan {
+            len: self.size,
+            md5,
+        })
+    }
+}
+
+/// The origin-upload spans of `parts`, or an error naming the part that has no MD5 ETag.
+pub fn spans(parts: &[Part]) -> Result<Vec<floe_core::PartSpan>, floe_core::OriginError> {
+    parts
+        .iter()
+        .map(|p| {
+            p.span().ok_or_else(|| {
+                floe_core::OriginError::Transport(format!("part ETag {} is not an MD5", p.etag))
+            })
+        })
+        .collect()
+}
+
 /// One acknowledged write.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -50,6 +83,10 @@ pub struct Record {
     pub coordinator: String,
     /// When it was acknowledged (ms since the epoch): a later write of the key wins.
     pub acked_ms: u64,
+    /// The parts it was completed from, in order (none: a PutObject). Propagation uploads the
+    /// same parts, so the origin's ETag is `etag`, S3's multipart ETag of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
 }
 
 /// At least `w` fsync reports of distinct fragments on distinct nodes.
@@ -240,6 +277,7 @@ pub(crate) fn sample(key: &str, size: u64, etag: &str, acked_ms: u64) -> Record 
         placements: Vec::new(),
         coordinator: "n".into(),
         acked_ms,
+        parts: Vec::new(),
     }
 }
 
@@ -273,6 +311,7 @@ mod tests {
                 .collect(),
             coordinator: "n0".into(),
             acked_ms: 1,
+            parts: Vec::new(),
         }
     }
 

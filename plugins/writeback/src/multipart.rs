@@ -239,9 +239,13 @@ pub fn parse_complete(xml: &str) -> Result<Vec<(u32, String)>, S3Error> {
     Ok(out)
 }
 
-/// The parts `chosen` of `up`, checked against the staged ones.
+/// The smallest part S3 takes in a completed upload, except the last: an origin refuses
+/// smaller ones (EntityTooSmall), so propagating them as the same parts could never land.
+pub const MIN_PART: u64 = 5 << 20;
+
+/// The parts `chosen` of `up`, checked against the staged ones and S3's minimum part size.
 pub fn chosen_parts(up: &Upload, chosen: &[(u32, String)]) -> Result<Vec<Arc<Record>>, S3Error> {
-    chosen
+    let parts: Vec<Arc<Record>> = chosen
         .iter()
         .map(|(n, etag)| match up.parts.get(n) {
             Some(p) if p.etag.trim_matches('"') == etag => Ok(p.clone()),
@@ -249,6 +253,25 @@ pub fn chosen_parts(up: &Upload, chosen: &[(u32, String)]) -> Result<Vec<Arc<Rec
                 S3ErrorCode::InvalidPart,
                 format!("Part {n} was not uploaded or its ETag differs."),
             )),
+        })
+        .collect::<Result<_, _>>()?;
+    let but_last = parts.len().saturating_sub(1);
+    if parts[..but_last].iter().any(|p| p.geometry.size < MIN_PART) {
+        return Err(S3Error::new(
+            S3ErrorCode::EntityTooSmall,
+            "Your proposed upload is smaller than the minimum allowed object size.",
+        ));
+    }
+    Ok(parts)
+}
+
+/// What a completed write records of its parts: each one's size and ETag, in order.
+pub fn spans(parts: &[Arc<Record>]) -> Vec<crate::journal::Part> {
+    parts
+        .iter()
+        .map(|p| crate::journal::Part {
+            size: p.geometry.size,
+            etag: p.etag.clone(),
         })
         .collect()
 }

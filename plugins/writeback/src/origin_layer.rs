@@ -120,6 +120,19 @@ impl OriginReader for StagedOrigin {
         self.inner.put(bucket, key, len, headers, body).await
     }
 
+    async fn put_parts(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        headers: &[(String, String)],
+        parts: &[floe_core::PartSpan],
+        body: Box<dyn ByteStream>,
+    ) -> Result<ETag, OriginError> {
+        self.inner
+            .put_parts(bucket, key, headers, parts, body)
+            .await
+    }
+
     /// A version the origin keeps: staged writes have no version id yet.
     async fn head_version(
         &self,

@@ -58,6 +58,7 @@ impl WritebackFilter {
             key,
             headers: Vec::new(),
             expected: crate::digests::Expected::default(),
+            parts: Vec::new(),
         };
         let mut body = FromOrigin(bytes);
         let record = self

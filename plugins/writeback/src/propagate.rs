@@ -1,5 +1,6 @@
 //! Propagation: the coordinator uploads each write it acknowledged to the origin, rebuilt from
-//! its fragments, with `Content-MD5` so the origin itself checks the bytes; only once the
+//! its fragments, with `Content-MD5` so the origin itself checks the bytes (a write completed
+//! from parts goes up as the same parts, each with its own); only once the
 //! origin answered 200 are the journal record and the fragments freed. Failures back off
 //! (doubling from 250 ms to `retry_max_ms`). A write superseded by a later one of its key is
 //! freed without an upload: the later one wins, as it would at the origin.
@@ -49,13 +50,6 @@ pub async fn upload(
     let bad = |e: floe_core::NameError| OriginError::Transport(e.to_string());
     let bucket = BucketName::parse(&r.bucket).map_err(bad)?;
     let key = ObjectKey::parse(&r.key).map_err(bad)?;
-    let mut headers = r.headers.clone();
-    let md5 =
-        hex::decode(r.etag.trim_matches('"')).map_err(|e| OriginError::Transport(e.to_string()))?;
-    headers.push((
-        "content-md5".into(),
-        base64::engine::general_purpose::STANDARD.encode(md5),
-    ));
     let size = r.geometry.size;
     let _running = node.uploading.running(r.id, &r.bucket, &r.key);
     let body = node.range(r.clone(), 0, size.saturating_sub(1));
@@ -64,7 +58,22 @@ pub async fn upload(
     } else {
         Box::new(body)
     };
-    let etag = origin.put(&bucket, &key, size, &headers, body).await?;
+    let etag = if r.parts.is_empty() {
+        let mut headers = r.headers.clone();
+        let md5 = crate::etag::md5_of(&r.etag)
+            .ok_or_else(|| OriginError::Transport(format!("ETag {} is not an MD5", r.etag)))?;
+        headers.push((
+            "content-md5".into(),
+            base64::engine::general_purpose::STANDARD.encode(md5),
+        ));
+        origin.put(&bucket, &key, size, &headers, body).await?
+    } else {
+        // The same parts: the origin's ETag is then the one the client was answered.
+        let spans = crate::journal::spans(&r.parts)?;
+        origin
+            .put_parts(&bucket, &key, &r.headers, &spans, body)
+            .await?
+    };
     if etag.as_str() != r.etag {
         // Content-MD5 made the origin check the bytes; an origin whose ETag is not the MD5
         // (SSE-KMS, say) answers another one.

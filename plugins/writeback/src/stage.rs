@@ -60,6 +60,9 @@ pub struct Object<'a> {
     pub headers: Vec<(String, String)>,
     /// What the client said the body hashes to: checked before any ack.
     pub expected: crate::digests::Expected,
+    /// The parts the body is made of, in order (none: a PutObject). The write's ETag is then
+    /// S3's multipart ETag of them, not the MD5 of the body.
+    pub parts: Vec<crate::journal::Part>,
 }
 
 fn internal(why: impl std::fmt::Display) -> S3Error {
@@ -177,10 +180,11 @@ impl Node {
             let peer = peer.clone();
             tasks.spawn(async move { me.send_fragment(id, i as u8, geo, peer, rx).await });
         }
-        let etag = match self
+        let encoded = self
             .encode(id, geo, body, &mut senders, &obj.expected)
             .await
-        {
+            .and_then(|md5| crate::etag::of_write(md5, &obj.parts, geo.size));
+        let etag = match encoded {
             Ok(e) => e,
             Err(e) => {
                 drop(senders);
@@ -225,6 +229,7 @@ impl Node {
             placements,
             coordinator: self.me().to_owned(),
             acked_ms: self.stamp(obj.bucket, obj.key),
+            parts: obj.parts,
         };
         Ok((record, reports, targets))
     }

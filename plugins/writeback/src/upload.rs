@@ -152,6 +152,7 @@ impl WritebackFilter {
             key,
             headers: Vec::new(),
             expected,
+            parts: Vec::new(),
         };
         let record = {
             let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
@@ -221,12 +222,14 @@ impl WritebackFilter {
         // Overtaken only once this write is durable (see `put`).
         let prior = self.node.dirty(&self.bucket, key);
         let total: u64 = parts.iter().map(|p| p.geometry.size).sum();
+        let spans = crate::multipart::spans(&parts);
         let obj = Object {
             bucket: &self.bucket,
             key,
             headers: up.headers.clone(),
             // Each part was checked against its own digests when it was staged.
             expected: crate::digests::Expected::default(),
+            parts: spans.clone(),
         };
         let mut body = PartsBody::new(self.node.clone(), parts);
         let started = std::time::Instant::now();
@@ -243,7 +246,7 @@ impl WritebackFilter {
                 if let Some(p) = &prior {
                     self.flush(p).await?;
                 }
-                let etag = self.parts_to_origin(key, total, &up.headers, body).await?;
+                let etag = self.parts_to_origin(key, &spans, &up.headers, body).await?;
                 // At the origin now: no node may answer the version it replaced after this.
                 self.node.forget_everywhere(&self.bucket, key).await;
                 (etag, "sync")
@@ -284,10 +287,12 @@ impl WritebackFilter {
         answer(session, ctx, 204, &[], String::new()).await
     }
 
+    /// The completed upload straight to the origin, as the same parts (its ETag is S3's
+    /// multipart ETag there too).
     async fn parts_to_origin(
         &self,
         key: &str,
-        total: u64,
+        parts: &[crate::journal::Part],
         headers: &[(String, String)],
         body: PartsBody,
     ) -> Result<String, S3Error> {
@@ -297,8 +302,9 @@ impl WritebackFilter {
             floe_core::BucketName::parse(&self.bucket).map_err(internal)?,
             floe_core::ObjectKey::parse(key).map_err(internal)?,
         );
+        let spans = crate::journal::spans(parts).map_err(internal)?;
         let etag = origin
-            .put(&b, &k, total, headers, Box::new(body))
+            .put_parts(&b, &k, headers, &spans, Box::new(body))
             .await
             .map_err(|e| {
                 S3Error::new(

@@ -102,6 +102,27 @@ fn an_upload_whose_answer_was_lost_is_not_uploaded_over_a_later_write() {
 }
 
 #[test]
+fn a_write_from_parts_lands_as_those_parts_with_the_etag_the_client_got() {
+    block_on(async {
+        let mut bed = bed().await;
+        let parts = [Bytes::from(vec![1u8; 7000]), Bytes::from(vec![2u8; 3000])];
+        let etag = bed.put_parts(0, KEY, &parts).await.unwrap();
+        assert!(
+            etag.ends_with("-2\""),
+            "S3's multipart ETag, not the body's MD5: {etag}"
+        );
+        // The answer of the origin's complete call is lost: the origin holds the write with
+        // the same ETag, so it is freed, not uploaded again.
+        bed.origin.lose_answers.store(1, Ordering::SeqCst);
+        bed.propagate(0).await;
+        assert_eq!(bed.staged(), 0, "the origin holds it: freed");
+        assert_eq!(bed.origin.etag(KEY), Some(etag));
+        assert_eq!(bed.origin.body(KEY), Some(parts.concat().into()));
+        bed.heal().await;
+    });
+}
+
+#[test]
 fn a_coordinator_killed_after_the_ack_propagates_after_its_restart() {
     block_on(async {
         let mut bed = bed().await;

@@ -216,6 +216,38 @@ impl Bed {
             key,
             headers: Vec::new(),
             expected,
+            parts: Vec::new(),
+        };
+        let mut phases = Vec::new();
+        let outcome = node
+            .stage(plan, obj, &mut Pieces(body), &mut phases)
+            .await?;
+        Ok(node.settle(prior.as_ref(), outcome).await?.0)
+    }
+
+    /// A write of `key` through node `i` completed from `parts` (a CompleteMultipartUpload
+    /// of parts already staged); returns the ETag answered.
+    pub async fn put_parts(&self, i: usize, key: &str, parts: &[Bytes]) -> Result<String, S3Error> {
+        use md5::Digest;
+        let node = self.serving(i)?;
+        let prior = node.dirty(BUCKET, key);
+        let body: Bytes = parts.concat().into();
+        let plan = node
+            .plan(&self.opts, body.len() as u64)
+            .ok_or_else(|| S3Error::new(floe_core::S3ErrorCode::InternalError, "no plan"))?;
+        let spans = parts
+            .iter()
+            .map(|p| crate::journal::Part {
+                size: p.len() as u64,
+                etag: format!("\"{}\"", hex::encode(md5::Md5::digest(p))),
+            })
+            .collect();
+        let obj = Object {
+            bucket: BUCKET,
+            key,
+            headers: Vec::new(),
+            expected: Default::default(),
+            parts: spans,
         };
         let mut phases = Vec::new();
         let outcome = node

@@ -56,10 +56,24 @@ impl MemOrigin {
             .map(|s| s.body.clone())
     }
 
+    /// The ETag of what `key` holds now.
+    pub fn etag(&self, key: &str) -> Option<String> {
+        self.objects
+            .lock()
+            .unwrap()
+            .get(key)
+            .map(|s| s.etag.clone())
+    }
+
     /// Stores `body` as `key` (a PUT that the proxy forwarded itself).
     pub fn store(&self, key: &str, body: Bytes) -> Result<String, OriginError> {
-        self.check()?;
         let etag = format!("\"{}\"", hex::encode(Md5::digest(&body)));
+        self.store_as(key, body, etag)
+    }
+
+    /// Stores `body` as `key` with the ETag `etag`.
+    fn store_as(&self, key: &str, body: Bytes, etag: String) -> Result<String, OriginError> {
+        self.check()?;
         let modified_ms = crate::journal::now_ms();
         let s = Stored {
             body,
@@ -153,6 +167,46 @@ impl OriginReader for MemOrigin {
             return Err(OriginError::Status(400));
         }
         let etag = self.store(key.as_str(), all)?;
+        let lost = self
+            .lose_answers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lost.is_ok() {
+            return Err(OriginError::Transport("the answer was lost".into()));
+        }
+        ETag::parse(&etag).map_err(|e| OriginError::Transport(e.to_string()))
+    }
+
+    /// As S3: each part checked against its `Content-MD5`, the ETag the MD5 of the parts' MD5s
+    /// and their count.
+    async fn put_parts(
+        &self,
+        _: &BucketName,
+        key: &ObjectKey,
+        _: &[(String, String)],
+        parts: &[floe_core::PartSpan],
+        mut body: Box<dyn ByteStream>,
+    ) -> Result<ETag, OriginError> {
+        self.check()?;
+        let mut all = BytesMut::new();
+        while let Some(piece) = body.next().await? {
+            all.extend_from_slice(&piece);
+        }
+        let (mut at, mut etags) = (0usize, Vec::new());
+        for p in parts {
+            let end = at + p.len as usize;
+            let part = all.get(at..end).ok_or(OriginError::Status(400))?;
+            if Md5::digest(part)[..] != p.md5[..] {
+                return Err(OriginError::Status(400));
+            }
+            etags.push(format!("\"{}\"", hex::encode(p.md5)));
+            at = end;
+        }
+        if at != all.len() {
+            return Err(OriginError::Status(400));
+        }
+        let etag = crate::etag::multipart(etags.iter().map(String::as_str))
+            .ok_or(OriginError::Status(400))?;
+        let etag = self.store_as(key.as_str(), all.freeze(), etag)?;
         let lost = self
             .lose_answers
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
