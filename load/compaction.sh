@@ -38,13 +38,8 @@ section = "\n".join([
     *rows,
     "<!-- compaction:end -->",
 ])
-perf = pathlib.Path("load/PERFORMANCE.md")
-text = perf.read_text() if perf.exists() else "# Floe performance\n"
-b, e = "<!-- compaction:begin -->", "<!-- compaction:end -->"
-if b in text and e in text:
-    text = text[:text.index(b)] + section + text[text.index(e) + len(e):]
-else:
-    text = text.rstrip("\n") + "\n\n" + section + "\n"
-perf.write_text(text)
+sys.path.insert(0, "load")
+from perfdoc import write_section  # noqa: E402
+write_section("<!-- compaction:begin -->", "<!-- compaction:end -->", section + "\n")
 print(section)
 PY

@@ -28,10 +28,11 @@ from fleet import Node, wait_until  # noqa: E402
 from relay import Relay  # noqa: E402
 from test_blocks import get  # noqa: E402
 from test_sigv4 import sign  # noqa: E402,F401
+from perfdoc import write_section  # noqa: E402
 
 MiB = 1 << 20
-PERF = ROOT / "load" / "PERFORMANCE.md"
 MARK = "<!-- fleet section: written by load/fleet_bench.py -->"
+END = "<!-- fleet section end -->"
 
 
 def pct(xs, q):
@@ -174,9 +175,8 @@ def report(lat, tp):
     ratio = tp[3]["origin"]["bytes"] / max(1, tp[1]["origin"]["bytes"])
     lines += ["", f"Origin bytes, three nodes / one node: {ratio:.2f}x (goal 1x: each block is fetched once"
               " fleet-wide, whichever node a client reached). The warm pass makes no origin request.", ""]
-    text = PERF.read_text() if PERF.exists() else "# Floe performance\n"
-    head = text.split(MARK)[0].rstrip() + "\n\n"
-    PERF.write_text(head + "\n".join(lines))
+    lines.append(END)
+    write_section(MARK, END, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
