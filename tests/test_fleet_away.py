@@ -70,3 +70,34 @@ def test_a_node_restarted_with_its_persisted_mappings_reads_the_new_version_at_o
         for nd in nodes:
             nd.stop()
         relay.down()
+
+
+def test_a_write_through_a_restarted_node_reaches_members_its_view_does_not_list_yet(minio, direct, tmp_path):
+    """A restarted node's view lists only itself until gossip brings the others back (seen in a
+    chaos run: a PUT 300 ms after a restart left two nodes serving the version it replaced, for
+    good). What every node must hear still reaches the members it saw before the restart, which
+    it keeps on disk (floe_core::recent)."""
+    relay = Relay(minio.port)
+    slow = "  gossip_interval_ms: 3000"  # the others find the restarted node seconds later, not at once
+    nodes = start_fleet(tmp_path, relay.port, n=3, extra_fleet=slow)
+    try:
+        key = "away/rejoin/00001-a.parquet"
+        v0, v1 = os.urandom(300_000), os.urandom(310_000)
+        direct.put_object(Bucket=BUCKET, Key=key, Body=v0)
+        cached_everywhere(nodes, key, v0)
+        writer = nodes[2]
+        wait_until("the members it saw kept on disk",
+                   lambda: (tmp_path / writer.name / "cache" / "floe-members").read_text().count("\n") == 2
+                   if (tmp_path / writer.name / "cache" / "floe-members").exists() else False)
+        writer.kill()
+        # Back with no seeds: nothing brings the others into its view soon.
+        nodes[2] = Node(tmp_path, writer.name, relay.port, writer.peer_port, [], extra_fleet=slow)
+        assert set(nodes[2].view()) == {writer.name}, nodes[2].view()
+        s3_client(nodes[2].port).put_object(Bucket=BUCKET, Key=key, Body=v1)
+        for nd in nodes:
+            got = get(nd.port, key)
+            assert got.data == v1, f"{nd.name}: {got.status} {got.headers.get('x-floe-cache')}: the replaced version"
+    finally:
+        for nd in nodes:
+            nd.stop()
+        relay.down()

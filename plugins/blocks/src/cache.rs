@@ -154,6 +154,11 @@ impl BlockCache {
             / settings.block_bytes)
             .max(1024) as usize
             * 4;
+        let recipients = floe_core::recent::RecentMembers::default();
+        if settings.meta.disk_bytes > 0 {
+            // A restarted node still tells the members it saw before (see floe_core::recent).
+            recipients.keep_in(crate::missed::members_path(&settings.meta.disk_dir));
+        }
         Ok(Arc::new(Self {
             settings,
             data,
@@ -170,7 +175,7 @@ impl BlockCache {
             run_split,
             classifier,
             forgets: Default::default(),
-            recipients: Default::default(),
+            recipients,
             returning: crate::missed::Returning::at_boot(stamp, persisted),
         }))
     }

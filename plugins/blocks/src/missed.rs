@@ -378,6 +378,12 @@ fn stamp_path(tier: &std::path::Path) -> std::path::PathBuf {
     tier.parent().unwrap_or(tier).join(ALIVE_FILE)
 }
 
+/// Where the members this node saw lately are kept across restarts, beside the
+/// [`ALIVE_FILE`] stamp of the metadata tier in `tier` (see [`floe_core::recent`]).
+pub fn members_path(tier: &std::path::Path) -> std::path::PathBuf {
+    tier.parent().unwrap_or(tier).join("floe-members")
+}
+
 /// Reads the [`ALIVE_FILE`] stamp of the metadata tier in `tier`.
 pub fn read_stamp(tier: &std::path::Path) -> Option<u64> {
     let text = std::fs::read_to_string(stamp_path(tier)).ok()?;

@@ -151,6 +151,11 @@ pub struct Journal {
 }
 
 impl Journal {
+    /// The directory its records are in.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Opens (creating) the journal in `dir`.
     pub fn open(dir: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;

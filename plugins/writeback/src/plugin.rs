@@ -114,8 +114,14 @@ impl WritebackPlugin {
             .get::<Arc<dyn Fleet>>()
             .cloned()
             .unwrap_or_else(|| Arc::new(Alone(Arc::from("local"))));
+        let members = journal.dir().parent().map(|d| d.join("floe-wb-members"));
         let store = Arc::new(Store::new(fleet.node_id().clone(), fragments, journal));
         let node = Arc::new(Node::new(store.clone(), fleet.clone(), uploads));
+        if let Some(path) = members {
+            // A restarted node still sends journal copies and frees to the members it saw
+            // before, until gossip lists them again (see floe_core::recent).
+            node.recent.keep_in(path);
+        }
         let _ = node.origins.set(self.origins.clone());
         if let Some(v) = route.shared.get::<Arc<dyn floe_core::versions::Versions>>() {
             let _ = node.versions.set(v.clone());
