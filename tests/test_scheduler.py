@@ -243,6 +243,18 @@ def test_the_same_cloudevent_posted_twice_is_one_run_in_structured_and_binary_mo
         assert (code, doc["jobs"]) == (202, [])
         code, doc = s.call("POST", "/events", b"{not json", {"content-type": "application/cloudevents+json"})
         assert code == 400 and "CloudEvent" in doc["error"]
+        # Empty id, source or type break the spec: 400, and nothing of the request is enqueued
+        # (an empty id would also make the next such event from /shop a "duplicate").
+        for field in ("id", "source", "type"):
+            ev = dict(cloudevent("/shop", f"empty-{field}"), **{field: ""})
+            code, doc = s.call("POST", "/events", json.dumps(ev).encode(),
+                               {"content-type": "application/cloudevents+json"})
+            assert code == 400 and field in doc["error"], (field, code, doc)
+        code, doc = s.call("POST", "/events", b'{"order": 3}', dict(binary, **{"ce-id": ""}))
+        assert code == 400 and "id" in doc["error"], doc
+        batch = json.dumps([cloudevent("/shop", "order-3"), dict(cloudevent("/shop", "x"), id="")]).encode()
+        code, doc = s.call("POST", "/events", batch, {"content-type": "application/cloudevents-batch+json"})
+        assert code == 400 and "id" in doc["error"], doc
         runs = s.wait(lambda r: len(ok_runs(r, "orders")) == 2, "two runs")
     finally:
         s.stop()

@@ -92,6 +92,26 @@ pub fn commit(catalog: &str, table: &str, snapshot: i64, data: Value) -> Result<
     )
 }
 
+/// Why `e` breaks the CloudEvents 1.0 spec where the SDK lets it through, if it does: `id`,
+/// `source` and `type` must be non-empty strings, and `subject` too when present. An empty `id`
+/// would also make every such event from one source a duplicate of the first.
+pub fn invalid(e: &Event) -> Option<String> {
+    let empty = [
+        ("id", e.id().is_empty()),
+        ("source", e.source().as_str().is_empty()),
+        ("type", e.ty().is_empty()),
+        ("subject", e.subject().is_some_and(str::is_empty)),
+    ];
+    let named: Vec<&str> = empty.iter().filter(|(_, v)| *v).map(|(n, _)| *n).collect();
+    (!named.is_empty()).then(|| {
+        format!(
+            "CloudEvents attributes must be non-empty strings: {} {} empty",
+            named.join(", "),
+            if named.len() == 1 { "is" } else { "are" }
+        )
+    })
+}
+
 /// The job id of `event` for deployment `d`: deterministic in (deployment, source, id).
 pub fn job_id(deployment: &str, e: &Event) -> String {
     let mut h = Sha256::new();
@@ -172,5 +192,29 @@ mod tests {
         assert_eq!(job_id("d", &a), job_id("d", &b));
         assert_ne!(job_id("d", &a), job_id("d", &c));
         assert_ne!(job_id("d", &a), job_id("e", &a));
+    }
+
+    #[test]
+    fn empty_required_attributes_are_refused_by_name() {
+        let event = |v: Value| serde_json::from_value::<Event>(v).unwrap();
+        let base =
+            serde_json::json!({"specversion": "1.0", "id": "1", "source": "/s", "type": "t"});
+        assert_eq!(invalid(&event(base.clone())), None);
+        for (field, value) in [("id", ""), ("source", ""), ("type", ""), ("subject", "")] {
+            let mut v = base.clone();
+            v[field] = Value::from(value);
+            let why = invalid(&event(v));
+            assert!(
+                why.as_deref().is_some_and(|w| w.contains(field)),
+                "{field}: {why:?}"
+            );
+        }
+        let mut two = base;
+        two["id"] = Value::from("");
+        two["type"] = Value::from("");
+        assert_eq!(
+            invalid(&event(two)).as_deref(),
+            Some("CloudEvents attributes must be non-empty strings: id, type are empty")
+        );
     }
 }

@@ -58,6 +58,10 @@ async fn ingest(s: &Arc<Scheduler>, p: &Parts, body: Bytes) -> Reply {
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("not a CloudEvent: {e}")),
         }
     };
+    // A batch is taken whole or not at all.
+    if let Some(why) = events.iter().find_map(super::event::invalid) {
+        return error(StatusCode::BAD_REQUEST, why);
+    }
     let mut jobs = Vec::new();
     for e in &events {
         match s.submit(e, "event").await {
