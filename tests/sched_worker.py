@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """A worker the scheduler tests deploy: reads its CloudEvent from stdin and appends one JSON line
 to $OUT when it starts and one when it ends (each a single short append, so lines never mix).
-SLEEP seconds of work between; FAIL_UNTIL=N exits 3 on attempts <= N."""
+SLEEP seconds of work between; FAIL_UNTIL=N exits 3 on attempts <= N; IGNORE_TERM=1 ignores
+SIGTERM (a worker that does not stop when asked)."""
 import json
 import os
+import signal
 import sys
 import time
+
+if os.environ.get("IGNORE_TERM") == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 event = json.load(sys.stdin)
 env = {k: v for k, v in os.environ.items() if k.startswith(("FLOE_", "CE_", "TRACEPARENT"))}

@@ -12,6 +12,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -162,6 +163,9 @@ def test_a_run_killed_with_its_floe_control_is_retried_under_a_new_generation_an
         assert code == 202, doc
         s.wait(lambda r: any(x["generation"] == 1 for x in r) and lines(out), "the first run to start")
         s.kill9()
+        # Kept down longer than the worker needs: it must die with its floe-control, not finish.
+        threading.Event().wait(3.0)
+        assert [x["kind"] for x in lines(out)] == ["start"], "the worker outlived its floe-control"
         s.start()
         # The retry starts after the lease expires and sleeps as long as the first did, so by
         # its end the first worker would have ended too had it outlived its floe-control.
@@ -297,11 +301,13 @@ def test_a_failing_worker_is_retried_with_backoff_and_its_output_kept_in_the_run
     out = tmp_path / "out.jsonl"
     s = Sched(tmp_path, store, [deployment("flaky", out, [], extra_env={"FAIL_UNTIL": "1"}),
                                 deployment("doomed", out, [], retries=1, extra_env={"FAIL_UNTIL": "9"}),
-                                deployment("late", out, [], sleep=30, time_limit_secs=1, retries=0)])
+                                deployment("late", out, [], sleep=30, time_limit_secs=1, retries=0),
+                                deployment("stubborn", out, [], sleep=30, time_limit_secs=1, retries=0,
+                                           stop_grace_secs=1, extra_env={"IGNORE_TERM": "1"})])
     try:
-        for d in ("flaky", "doomed", "late"):
+        for d in ("flaky", "doomed", "late", "stubborn"):
             assert s.call("POST", f"/deployments/{d}/dispatch")[0] == 202
-        runs = s.wait(lambda r: len([x for x in r if x["ended_ms"]]) == 5, "five runs to end")
+        runs = s.wait(lambda r: len([x for x in r if x["ended_ms"]]) == 6, "six runs to end")
         text = urllib.request.urlopen(f"http://127.0.0.1:{s.port}/metrics").read().decode()
         # The dashboard's scheduler panels query metrics and labels this scrape has.
         check(queries("scheduler"), scrape(f"http://127.0.0.1:{s.port}/metrics"))
@@ -314,10 +320,16 @@ def test_a_failing_worker_is_retried_with_backoff_and_its_output_kept_in_the_run
     failed = next(r for r in runs if r["deployment"] == "flaky" and r["attempt"] == 1)
     assert "failing on purpose" in failed["log"] and "retry at" in failed["note"]
     late = next(r for r in runs if r["deployment"] == "late")
-    assert "time limit" in late["log"] and late["ended_ms"] - late["started_ms"] < 5000
+    # At the time limit: SIGTERM, then SIGKILL after the grace for a worker that ignores it.
+    assert "time limit (1 s): it ended on SIGTERM within the grace" in late["log"], late["log"]
+    assert late["ended_ms"] - late["started_ms"] < 5000
+    stubborn = next(r for r in runs if r["deployment"] == "stubborn")
+    assert by("stubborn") == [(1, "timeout", None)]
+    assert "SIGTERM, then SIGKILL after the 1 s grace" in stubborn["log"], stubborn["log"]
+    assert 1800 < stubborn["ended_ms"] - stubborn["started_ms"] < 6000
     assert 'floe_sched_runs_total{deployment="flaky",result="ok"} 1' in text
     assert 'floe_sched_retries_total{deployment="flaky"} 1' in text
-    assert 'floe_sched_queue_jobs{state="failed"} 2' in text
+    assert 'floe_sched_queue_jobs{state="failed"} 3' in text
     assert "floe_sched_dispatch_latency_seconds_count" in text
 
 
@@ -342,12 +354,37 @@ def test_the_cli_dispatches_lists_runs_and_shows_the_scheduler(tmp_path):
         s.stop()
 
 
-def test_two_instances_on_one_postgresql_queue_run_each_event_once(tmp_path, postgres):
+def fresh_db(postgres, prefix):
+    """A new database on the test PostgreSQL server; its URL."""
     bindir = sorted(pathlib.Path("/usr/lib/postgresql").glob("*/bin"))[-1]
     host, port = postgres.split("@")[1].split("/")[0].split(":")
-    name = f"two_{os.getpid()}"
+    name = f"{prefix}_{os.getpid()}"
     subprocess.run([bindir / "createdb", "-h", host, "-p", port, "-U", "floe", name], check=True)
-    url = postgres.rsplit("/", 1)[0] + "/" + name
+    return postgres.rsplit("/", 1)[0] + "/" + name
+
+
+def test_a_second_instance_on_the_same_host_leaves_the_first_ones_live_run_alone(tmp_path, postgres):
+    """Start-new-then-stop-old on one host: the new instance's orphan reaping must not take the
+    old one's live run for an orphan (it killed the worker, and a `retries: 0` job failed)."""
+    url = fresh_db(postgres, "upgrade")
+    out = tmp_path / "out.jsonl"
+    deps = [deployment("long", out, [], sleep=3, retries=0)]
+    a, b = Sched(tmp_path, url, deps, name="a"), None
+    try:
+        assert a.call("POST", "/deployments/long/dispatch")[0] == 202
+        a.wait(lambda r: lines(out), "the run to start")
+        b = Sched(tmp_path, url, deps, name="b")
+        runs = a.wait(lambda r: [x for x in r if x["ended_ms"]], "the run to end")
+    finally:
+        a.stop()
+        if b:
+            b.stop()
+    assert [(r["attempt"], r["result"]) for r in runs] == [(1, "ok")], runs
+    assert [x["kind"] for x in lines(out)] == ["start", "end"]
+
+
+def test_two_instances_on_one_postgresql_queue_run_each_event_once(tmp_path, postgres):
+    url = fresh_db(postgres, "two")
     out = tmp_path / "out.jsonl"
     sub = [{"event": {"type": "com.example.tick"}}]
     period = [{"cron": {"schedule": "* * * * * *"}}]

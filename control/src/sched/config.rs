@@ -60,6 +60,11 @@ pub struct DeploymentSection {
     /// A run is killed after this long. Default 3600 s.
     #[serde(default = "default_time_limit")]
     pub time_limit_secs: u64,
+    /// At the time limit a worker's process group gets SIGTERM, then SIGKILL this long after
+    /// if it still runs (as Kubernetes' terminationGracePeriodSeconds; at most the time limit).
+    /// Default 30 s.
+    #[serde(default = "default_stop_grace")]
+    pub stop_grace_secs: u64,
     /// Retries after a failed, timed-out or lost run. Default 2 (three attempts).
     #[serde(default = "default_retries")]
     pub retries: u32,
@@ -151,6 +156,9 @@ fn default_kind() -> String {
 fn default_time_limit() -> u64 {
     3600
 }
+fn default_stop_grace() -> u64 {
+    30
+}
 fn default_retries() -> u32 {
     2
 }
@@ -200,6 +208,8 @@ pub struct Deployment {
     pub env: BTreeMap<String, String>,
     /// Time limit.
     pub time_limit: Duration,
+    /// How long a worker has between SIGTERM and SIGKILL at the time limit.
+    pub stop_grace: Duration,
     /// Attempts in all (retries + 1).
     pub max_attempts: u32,
     /// First retry delay.
@@ -351,6 +361,7 @@ fn deployment(cx: &Cx<'_>, key: &str, d: &DeploymentSection) -> Result<Deploymen
         output_tables: d.output_tables.clone(),
         env: d.env.clone(),
         time_limit: Duration::from_secs(d.time_limit_secs),
+        stop_grace: Duration::from_secs(d.stop_grace_secs.min(d.time_limit_secs)),
         max_attempts: d.retries + 1,
         backoff: Duration::from_millis(d.retry_backoff_ms.max(1)),
     })

@@ -158,6 +158,7 @@ mod tests {
             output_tables: vec![],
             env: Default::default(),
             time_limit: std::time::Duration::from_secs(1),
+            stop_grace: std::time::Duration::from_secs(1),
             max_attempts: 1,
             backoff: std::time::Duration::from_secs(1),
         }

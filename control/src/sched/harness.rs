@@ -1,8 +1,10 @@
 //! The worker harness: one subprocess per claimed job. The event goes to the worker as JSON on
 //! stdin and as environment variables; its stdout and stderr (the last 64 KiB of each) become
 //! the run's log. The lease is renewed every third of its length while the worker lives; the
-//! worker's process group is killed at the time limit, when the lease is lost to another
-//! holder (so one event never runs to completion twice), or when floe-control stops.
+//! worker's process group gets SIGTERM at the time limit and SIGKILL after the deployment's
+//! grace, and is killed at once when the lease is lost to another holder (so one event never
+//! runs to completion twice) or when floe-control stops. A worker dies with its floe-control
+//! (a parent-death signal), so none runs on after a crash.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -64,6 +66,12 @@ pub fn start_ticks(pid: u32) -> Option<i64> {
 
 /// Kills process group `pid` if its leader is still the process that started at `ticks`.
 pub fn kill_group(pid: i64, ticks: Option<i64>) {
+    signal_group(pid, ticks, nix::sys::signal::Signal::SIGKILL);
+}
+
+/// Sends `signal` to process group `pid` if its leader is still the process that started at
+/// `ticks`.
+fn signal_group(pid: i64, ticks: Option<i64>, signal: nix::sys::signal::Signal) {
     let Ok(p) = u32::try_from(pid) else { return };
     if p == 0 {
         return;
@@ -72,10 +80,65 @@ pub fn kill_group(pid: i64, ticks: Option<i64>) {
         return;
     }
     let Ok(raw) = i32::try_from(p) else { return };
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(raw),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(raw), signal);
+}
+
+/// Whether worker `pid`'s parent is a live floe-control: another instance's run on this
+/// host, not an orphan (a worker whose floe-control died was killed with it, see
+/// [`worker_command`], or was handed to init or a subreaper).
+pub fn has_live_scheduler(pid: i64) -> bool {
+    let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1.to_owned();
+            rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+        })
+    else {
+        return false;
+    };
+    let comm = std::fs::read_to_string(format!("/proc/{ppid}/comm")).unwrap_or_default();
+    ppid > 1 && comm.trim() == "floe-control"
+}
+
+/// util-linux's `setpriv`, found on PATH once.
+fn setpriv() -> Option<&'static std::path::Path> {
+    static FOUND: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|d| d.join("setpriv"))
+                .find(|p| p.is_file())
+        })
+        .as_deref()
+}
+
+/// Whether `command` can be started from `dir` (a name is looked up on PATH).
+fn findable(command: &str, dir: Option<&std::path::Path>) -> bool {
+    if command.contains('/') {
+        let path = std::path::Path::new(command);
+        return match dir {
+            Some(d) if path.is_relative() => d.join(path).is_file(),
+            _ => path.is_file(),
+        };
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(command).is_file()))
+}
+
+/// The worker's command: run through `setpriv --pdeathsig KILL`, which sets the parent-death
+/// signal and execs it, so the worker dies with floe-control even when floe-control is killed
+/// with SIGKILL and stays down (the workspace forbids the unsafe `pre_exec` that would set it
+/// here). Without setpriv on PATH the worker runs as it is, and a restart reaps it.
+fn worker_command(d: &Deployment) -> Command {
+    match setpriv() {
+        Some(wrapper) => {
+            let mut cmd = Command::new(wrapper);
+            cmd.args(["--pdeathsig", "KILL", "--", &d.command]);
+            cmd
+        }
+        None => Command::new(&d.command),
+    }
 }
 
 async fn tail(mut r: impl AsyncRead + Unpin) -> Vec<u8> {
@@ -100,6 +163,13 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// Renews the lease for another `lease_len`; false once another holder took the run (a store
+/// that cannot be reached keeps it: the lease runs out on its own).
+async fn renewed(q: &dyn Queue, l: &Lease, lease_len: Duration) -> bool {
+    let until = now_ms() + i64::try_from(lease_len.as_millis()).unwrap_or(i64::MAX / 2);
+    !matches!(q.renew(&l.id, l.generation, until).await, Ok(false))
+}
+
 /// Runs one claimed job to its end and says how it ended (the caller records it).
 pub async fn run(
     d: &Deployment,
@@ -109,7 +179,16 @@ pub async fn run(
     lease_len: Duration,
     mut stop: Shutdown,
 ) -> Outcome {
-    let mut cmd = Command::new(&d.command);
+    if !findable(&d.command, d.dir.as_deref().map(std::path::Path::new)) {
+        let why = format!("{}: not found", d.command);
+        return Outcome {
+            result: "spawn",
+            exit_code: None,
+            log: why,
+            ended_ms: now_ms(),
+        };
+    }
+    let mut cmd = worker_command(d);
     // A clean environment: floe-control's own secrets (store URL, catalog token) stay out of
     // workers; they get the basics, their deployment's `env` and the event's variables.
     cmd.env_clear();
@@ -171,14 +250,28 @@ pub async fn run(
             },
             _ = &mut deadline => break ("timeout", None),
             _ = stop.changed() => break ("stopped", None),
-            _ = renew.tick() => {
-                let until = now_ms() + i64::try_from(lease_len.as_millis()).unwrap_or(i64::MAX / 2);
-                if let Ok(false) = q.renew(&l.id, l.generation, until).await {
-                    break ("lost", None);
-                }
+            _ = renew.tick() => if !renewed(q, l, lease_len).await {
+                break ("lost", None);
             }
         }
     };
+    let mut ended_by = "";
+    if result == "timeout" {
+        // As Kubernetes stops a pod: SIGTERM, the grace (the lease still renewed), then SIGKILL.
+        signal_group(i64::from(pid), ticks, nix::sys::signal::Signal::SIGTERM);
+        let grace = tokio::time::sleep(d.stop_grace);
+        tokio::pin!(grace);
+        ended_by = loop {
+            tokio::select! {
+                _ = child.wait() => break "SIGTERM",
+                _ = &mut grace => break "SIGKILL",
+                _ = stop.changed() => break "SIGKILL",
+                _ = renew.tick() => if !renewed(q, l, lease_len).await {
+                    break "SIGKILL";
+                }
+            }
+        };
+    }
     if result != "ok" && result != "error" {
         kill_group(i64::from(pid), ticks);
         let _ = child.wait().await;
@@ -195,10 +288,14 @@ pub async fn run(
         }
     }
     if result == "timeout" {
-        log += &format!(
-            "--- killed after the time limit ({} s)\n",
-            d.time_limit.as_secs()
-        );
+        let how = match ended_by {
+            "SIGTERM" => "it ended on SIGTERM within the grace".to_owned(),
+            _ => format!(
+                "SIGTERM, then SIGKILL after the {} s grace",
+                d.stop_grace.as_secs()
+            ),
+        };
+        log += &format!("--- time limit ({} s): {how}\n", d.time_limit.as_secs());
     }
     ended(result, code, log)
 }

@@ -252,10 +252,15 @@ impl Scheduler {
         ]
     }
 
-    /// Kills worker groups a crashed run of this instance left on this host.
+    /// Kills worker groups a crashed instance left on this host: open runs whose worker is
+    /// still the process recorded and whose parent is no live floe-control (another instance
+    /// on this host, started before this one in an upgrade, runs its own).
     async fn reap_orphans(&self) {
         if let Ok(pids) = self.queue.open_pids(&self.host).await {
             for (pid, ticks) in pids {
+                if harness::has_live_scheduler(pid) {
+                    continue;
+                }
                 harness::kill_group(pid, Some(ticks));
             }
         }
