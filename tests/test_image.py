@@ -41,3 +41,15 @@ def test_the_release_binaries_need_only_what_the_runtime_image_has(binary):
     out = subprocess.run(["ldd", str(path)], capture_output=True, text=True, check=True).stdout
     libs = {line.split()[0].rsplit("/", 1)[-1] for line in out.splitlines() if line.strip()}
     assert libs <= RUNTIME_LIBS, f"{binary} needs {sorted(libs - RUNTIME_LIBS)}"
+
+
+def test_the_image_carries_setpriv_and_the_one_library_it_needs_beyond_the_runtime():
+    """floe-control starts pipeline workers through `setpriv --pdeathsig KILL` (a worker dies
+    with it); distroless has no util-linux, so the build stage copies setpriv and libcap-ng."""
+    text = DOCKERFILE.read_text()
+    assert "cp /usr/bin/setpriv /out/" in text and "/libcap-ng/" in text
+    assert "COPY --from=build /out/setpriv /usr/bin/setpriv" in text
+    assert "COPY --from=build /out/lib/ /usr/lib/" in text
+    out = subprocess.run(["ldd", "/usr/bin/setpriv"], capture_output=True, text=True, check=True).stdout
+    libs = {line.split()[0].rsplit("/", 1)[-1] for line in out.splitlines() if line.strip()}
+    assert libs - RUNTIME_LIBS == {"libcap-ng.so.0"}, sorted(libs - RUNTIME_LIBS)
