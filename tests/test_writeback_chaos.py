@@ -6,8 +6,8 @@ state of its key (or the outcome of a request that failed without an answer, whi
 not have taken effect), never an older one and never a deleted object after its 204; after
 healing the origin must hold exactly that state. Two runs: origin faults only (outages,
 refused writes, silent and slow links), and with nodes killed and paused too; both must hold.
-FLOE_CHAOS_SEED replays a run, FLOE_CHAOS_OPS sets its length (1,000); the seed and counts are
-printed."""
+FLOE_CHAOS_SEED replays a run, FLOE_CHAOS_OPS sets its length (1,200: over 1,000 PUTs and
+DELETEs); the seed and counts are printed."""
 import concurrent.futures
 import os
 import random
@@ -24,7 +24,7 @@ from test_blocks import get
 from test_sigv4 import send_slowly, sign
 from test_writeback import WB, at_origin
 
-OPS = int(os.environ.get("FLOE_CHAOS_OPS", "1000"))
+OPS = int(os.environ.get("FLOE_CHAOS_OPS", "1200"))
 KEYS = 48
 WORKERS = 6
 GONE = None  # a deleted key's state
