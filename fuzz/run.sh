@@ -15,7 +15,7 @@ if [ ! -x "$FLOE_CACHE/cargo-fuzz/bin/cargo-fuzz" ]; then
 fi
 export PATH="$FLOE_CACHE/cargo-fuzz/bin:$PATH"
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(chunked sigv4_parse range s3_xml peer_wire config post_form)
+[ "${#targets[@]}" -gt 0 ] || targets=(chunked sigv4_parse range s3_xml peer_wire config post_form wb_service)
 cargo +nightly fuzz build -O
 for t in "${targets[@]}"; do
   found="$FLOE_CACHE/fuzz-corpus/$t"
