@@ -140,6 +140,17 @@ impl PeerService for ForgetService {
             Ok(f) => {
                 self.cache.forgets.record(&f);
                 f.apply_here(&self.cache, &self.routes);
+                let route = self
+                    .routes
+                    .read()
+                    .ok()
+                    .and_then(|r| r.get(&f.bucket).cloned());
+                let bucket = floe_core::BucketName::parse(&f.bucket).ok();
+                if let (Some(route), Some(bucket), false) = (route, bucket, f.every) {
+                    // The key changed at the origin: a staged write the fleet retired while
+                    // this node missed it must not be what the next read resolves to.
+                    route.origin.changed_elsewhere(&bucket, &f.keys).await;
+                }
                 PeerReply {
                     status: 204,
                     body: bytes::Bytes::new(),

@@ -132,6 +132,12 @@ pub trait OriginReader: Send + Sync {
         None
     }
 
+    /// Called when another node changed `keys` of `bucket` at the origin (its fleet-wide
+    /// forget arrived here), after this node dropped its cached answers and before it confirms
+    /// the forget: a version this node decides itself ([`OriginReader::local_head`]) that the
+    /// fleet has since retired must go before the next read resolves to it. Default: nothing.
+    async fn changed_elsewhere(&self, _bucket: &BucketName, _keys: &[String]) {}
+
     /// HEAD of version `version` of `key` (a `versionId` read): `Ok(None)` when the origin has
     /// no such version. Default: not supported (the read passes to the origin).
     async fn head_version(

@@ -111,9 +111,9 @@ impl Node {
             .filter(|r| freed.contains(&r.id))
         {
             tracing::info!(id = %r.id, key = %r.key, "dropping a write the fleet freed while this node was away");
-            let (store, id) = (self.store.clone(), r.id);
-            let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
-            self.unindex_id(&r.id, false);
+            // Freed on every holder, not only here: the node that freed it may have died
+            // before it reached them all.
+            self.free(&r).await;
         }
         if answered {
             tracing::info!(
@@ -126,8 +126,9 @@ impl Node {
                 if freed.contains(&r.id) {
                     // Freed by the fleet while this node was away: dropped here too.
                     tracing::info!(id = %r.id, key = %r.key, "dropping a write the fleet freed while this node was away");
-                    let (store, id) = (self.store.clone(), r.id);
-                    let _ = tokio::task::spawn_blocking(move || store.forget(&id)).await;
+                    // This node may have been the one freeing it, and died partway (a holder
+                    // it had not reached yet still serves it): finished now, on every holder.
+                    self.free(&r).await;
                     continue;
                 }
                 self.index(r);

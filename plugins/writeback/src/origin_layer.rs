@@ -71,6 +71,21 @@ impl OriginReader for StagedOrigin {
         head_of(&staged).ok()
     }
 
+    /// A staged write of a key another node changed at the origin is checked with its holders:
+    /// one the fleet freed (its freeing node died before it reached this one) is freed here,
+    /// and everywhere else it may still be, before the change's forget is confirmed.
+    async fn changed_elsewhere(&self, bucket: &BucketName, keys: &[String]) {
+        for key in keys {
+            let Some(r) = self.node.dirty(bucket.as_str(), key) else {
+                continue;
+            };
+            if self.node.freed_elsewhere(&r).await {
+                tracing::info!(id = %r.id, key = %r.key, "a write the fleet freed, still indexed here: freed now");
+                self.node.free(&r).await;
+            }
+        }
+    }
+
     async fn head(
         &self,
         bucket: &BucketName,
