@@ -272,7 +272,8 @@ def test_the_same_cloudevent_posted_twice_is_one_run_in_structured_and_binary_mo
 def test_a_webhook_request_becomes_one_run_with_its_body_in_the_event(tmp_path, store):
     out = tmp_path / "out.jsonl"
     hooks = [{"webhook": {"path": "deploy-done"}}]
-    signed = [{"webhook": {"path": "signed", "secret_env": "FLOE_T_HOOK_SECRET"}}]
+    signed = [{"webhook": {"path": "signed", "secret_env": "FLOE_T_HOOK_SECRET", "methods": ["POST", "PUT"],
+                           "tolerance_secs": 60}}]
     s = Sched(tmp_path, store, [deployment("hook", out, hooks), deployment("signed", out, signed)])
     try:
         code, doc = s.call("POST", "/hooks/deploy-done?env=prod", b'{"build": 42}',
@@ -285,11 +286,22 @@ def test_a_webhook_request_becomes_one_run_with_its_body_in_the_event(tmp_path, 
         assert s.call("POST", "/hooks/signed", body, {"x-floe-signature": "sha256=00"})[0] == 401
         sig = hmac.new(b"hook-secret", body, hashlib.sha256).hexdigest()
         assert s.call("POST", "/hooks/signed", body, {"x-floe-signature": f"sha256={sig}"})[0] == 202
-        runs = s.wait(lambda r: len([x for x in r if x["result"] == "ok"]) == 2, "two webhook runs")
+        # Only the methods a hook lists (default POST): a link follower's GET starts nothing.
+        assert s.call("GET", "/hooks/deploy-done")[0] == 405
+        assert s.call("DELETE", "/hooks/signed", body, {"x-floe-signature": f"sha256={sig}"})[0] == 405
+        # A timestamp inside the signature: taken within the tolerance, refused as a replay after.
+        now = int(time.time())
+        stamp = lambda t, b: f"t={t},sha256=" + hmac.new(b"hook-secret", f"{t}.".encode() + b, hashlib.sha256).hexdigest()
+        assert s.call("PUT", "/hooks/signed", b"fresh", {"x-floe-signature": stamp(now, b"fresh"),
+                                                          "x-request-id": "fresh-1"})[0] == 202
+        code, doc = s.call("POST", "/hooks/signed", b"old", {"x-floe-signature": stamp(now - 61, b"old")})
+        assert code == 401 and "t=" in doc["error"], doc
+        assert s.call("POST", "/hooks/signed", b"old", {"x-floe-signature": stamp(now - 61, b"other")})[0] == 401
+        runs = s.wait(lambda r: len([x for x in r if x["result"] == "ok"]) == 3, "three webhook runs")
     finally:
         s.stop()
-    assert len(runs) == 2
-    ends = {x["env"]["FLOE_DEPLOYMENT"]: x for x in lines(out) if x["kind"] == "end"}
+    assert len(runs) == 3
+    ends = {x["env"]["FLOE_DEPLOYMENT"]: x for x in lines(out) if x["kind"] == "end" and x["event"]["id"] != "fresh-1"}
     e = ends["hook"]["event"]
     assert e["type"] == "dev.floe.webhook.request" and e["source"] == "/hooks/deploy-done"
     assert e["data"]["body"] == '{"build": 42}' and e["data"]["query"] == "env=prod"

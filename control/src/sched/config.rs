@@ -124,9 +124,25 @@ pub struct WebhookSection {
     /// The request path after `/hooks/`.
     pub path: String,
     /// An environment variable holding a shared secret; when set, requests must carry
-    /// `x-floe-signature: sha256=<hex HMAC-SHA256 of the body>`.
+    /// `x-floe-signature: sha256=<hex HMAC-SHA256 of the body>`, or, to be refused when
+    /// replayed later, `x-floe-signature: t=<unix seconds>,sha256=<hex HMAC-SHA256 of
+    /// "<t>." and the body>`.
     #[serde(default)]
     pub secret_env: Option<String>,
+    /// The HTTP methods taken (others: 405). Default `[POST]`.
+    #[serde(default = "default_hook_methods")]
+    pub methods: Vec<String>,
+    /// How far a signature's `t=` may be from now, either way. Default 300 s (as Stripe's
+    /// and Slack's signed webhooks).
+    #[serde(default = "default_hook_tolerance")]
+    pub tolerance_secs: u64,
+}
+
+fn default_hook_methods() -> Vec<String> {
+    vec!["POST".into()]
+}
+fn default_hook_tolerance() -> u64 {
+    300
 }
 
 /// An event subscription: exact type, optional source and subject.
@@ -177,6 +193,10 @@ pub enum Trigger {
         path: String,
         /// Shared secret.
         secret: Option<Vec<u8>>,
+        /// Methods taken.
+        methods: Vec<String>,
+        /// How far a signed timestamp may be from now.
+        tolerance: Duration,
     },
     /// Subscription.
     Event {
@@ -335,9 +355,22 @@ fn deployment(cx: &Cx<'_>, key: &str, d: &DeploymentSection) -> Result<Deploymen
                     ),
                     None => None,
                 };
+                const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+                if w.methods.is_empty() || w.methods.iter().any(|m| !METHODS.contains(&m.as_str()))
+                {
+                    return Err(cx.err(
+                        format!("{tk}.webhook.methods"),
+                        "a non-empty list of GET, POST, PUT, PATCH, DELETE",
+                    ));
+                }
+                if w.tolerance_secs == 0 || w.tolerance_secs > 86_400 {
+                    return Err(cx.err(format!("{tk}.webhook.tolerance_secs"), "must be 1..=86400"));
+                }
                 Trigger::Webhook {
                     path: w.path.clone(),
                     secret,
+                    methods: w.methods.clone(),
+                    tolerance: Duration::from_secs(w.tolerance_secs),
                 }
             }
             TriggerSection::Event(e) => {
@@ -408,6 +441,9 @@ mod tests {
             (d(", triggers: [{cron: {schedule: '* * * * *', timezone: Nowhere}}]"), "scheduler.deployments[0].triggers[0].cron"),
             (d(", triggers: [{webhook: {path: 'a/b'}}]"), "scheduler.deployments[0].triggers[0].webhook.path"),
             (d(", triggers: [{webhook: {path: a, secret_env: UNSET}}]"), "scheduler.deployments[0].triggers[0].webhook.secret_env"),
+            (d(", triggers: [{webhook: {path: a, methods: [post]}}]"), "scheduler.deployments[0].triggers[0].webhook.methods"),
+            (d(", triggers: [{webhook: {path: a, methods: []}}]"), "scheduler.deployments[0].triggers[0].webhook.methods"),
+            (d(", triggers: [{webhook: {path: a, tolerance_secs: 0}}]"), "scheduler.deployments[0].triggers[0].webhook.tolerance_secs"),
             (d(", time_limit_secs: 0"), "scheduler.deployments[0].time_limit_secs"),
             ("scheduler: {deployments: [{name: 'a b', code: {command: x}}]}".into(), "scheduler.deployments[0].name"),
             ("scheduler: {store: 'mysql://x'}".into(), "scheduler.store"),

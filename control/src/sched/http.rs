@@ -10,6 +10,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::config::Trigger;
 use super::{event, Scheduler};
 use crate::api::{error, json_reply, Reply};
 
@@ -94,36 +95,94 @@ fn json_data(mut e: Event) -> Event {
     e
 }
 
-/// Checks `x-floe-signature: sha256=<hex HMAC-SHA256(secret, body)>` in constant time.
-pub fn signed(secret: &[u8], header: Option<&str>, body: &[u8]) -> bool {
-    let Some(hexsig) = header.and_then(|h| h.strip_prefix("sha256=")) else {
-        return false;
+/// Why a webhook's signature is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unsigned {
+    /// Missing, malformed, or not the HMAC of what came.
+    Wrong,
+    /// Signed with a timestamp too far from now (a replay, or a skewed clock).
+    Stale,
+}
+
+/// Checks `x-floe-signature` in constant time: `sha256=<hex HMAC-SHA256(secret, body)>`, or
+/// `t=<unix seconds>,sha256=<hex HMAC-SHA256(secret, "<t>." + body)>` with `t` within
+/// `tolerance` of `now_secs`.
+pub fn signed(
+    secret: &[u8],
+    header: Option<&str>,
+    body: &[u8],
+    tolerance: std::time::Duration,
+    now_secs: i64,
+) -> Result<(), Unsigned> {
+    let header = header.ok_or(Unsigned::Wrong)?.trim();
+    let (stamp, hexsig) = match header.strip_prefix("t=") {
+        Some(rest) => {
+            let (t, sig) = rest.split_once(',').ok_or(Unsigned::Wrong)?;
+            let t: i64 = t.trim().parse().map_err(|_| Unsigned::Wrong)?;
+            (
+                Some(t),
+                sig.trim().strip_prefix("sha256=").ok_or(Unsigned::Wrong)?,
+            )
+        }
+        None => (None, header.strip_prefix("sha256=").ok_or(Unsigned::Wrong)?),
     };
-    let Ok(sig) = hex::decode(hexsig.trim()) else {
-        return false;
-    };
-    let Ok(mut mac) = Hmac::<sha2::Sha256>::new_from_slice(secret) else {
-        return false;
-    };
+    let sig = hex::decode(hexsig.trim()).map_err(|_| Unsigned::Wrong)?;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).map_err(|_| Unsigned::Wrong)?;
+    if let Some(t) = stamp {
+        mac.update(format!("{t}.").as_bytes());
+    }
     mac.update(body);
-    mac.verify_slice(&sig).is_ok()
+    mac.verify_slice(&sig).map_err(|_| Unsigned::Wrong)?;
+    let window = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
+    match stamp {
+        Some(t) if now_secs.abs_diff(t) > window.unsigned_abs() => Err(Unsigned::Stale),
+        _ => Ok(()),
+    }
 }
 
 /// A webhook: the whole request becomes the event's data.
 async fn webhook(s: &Arc<Scheduler>, p: &Parts, hook: &str, body: Bytes) -> Reply {
-    let Some((d, secret)) = s.hook(hook) else {
+    let Some((
+        d,
+        Trigger::Webhook {
+            secret,
+            methods,
+            tolerance,
+            ..
+        },
+    )) = s.hook(hook)
+    else {
         return error(
             StatusCode::NOT_FOUND,
             format!("no webhook trigger has path {hook:?}"),
         );
     };
+    if !methods.iter().any(|m| m == p.method.as_str()) {
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("webhook {hook:?} takes {}", methods.join(", ")),
+        );
+    }
     let header = |n: &str| p.headers.get(n).and_then(|v| v.to_str().ok());
     if let Some(secret) = secret {
-        if !signed(secret, header("x-floe-signature"), &body) {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "x-floe-signature is missing or wrong",
-            );
+        let now = chrono::Utc::now().timestamp();
+        match signed(secret, header("x-floe-signature"), &body, *tolerance, now) {
+            Ok(()) => {}
+            Err(Unsigned::Wrong) => {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "x-floe-signature is missing or wrong",
+                )
+            }
+            Err(Unsigned::Stale) => {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    format!(
+                        "x-floe-signature's t= is more than {} s from now",
+                        tolerance.as_secs()
+                    ),
+                )
+            }
         }
     }
     let headers: serde_json::Map<String, Value> = p
@@ -231,4 +290,70 @@ pub async fn metric_families(s: &Scheduler) -> Vec<prometheus::proto::MetricFami
     }
     families.extend(reg.gather());
     families
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn hmac_hex(secret: &[u8], parts: &[&[u8]]) -> String {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+        for p in parts {
+            mac.update(p);
+        }
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    #[test]
+    fn a_signature_holds_for_its_body_and_a_timestamped_one_only_within_the_tolerance() {
+        let (secret, body, window) = (
+            b"s".as_slice(),
+            b"payload".as_slice(),
+            Duration::from_secs(300),
+        );
+        let plain = format!("sha256={}", hmac_hex(secret, &[body]));
+        assert_eq!(signed(secret, Some(&plain), body, window, 0), Ok(()));
+        assert_eq!(
+            signed(secret, Some(&plain), b"other", window, 0),
+            Err(Unsigned::Wrong)
+        );
+        assert_eq!(signed(secret, None, body, window, 0), Err(Unsigned::Wrong));
+        let t = 1_800_000_000_i64;
+        let stamped = format!(
+            "t={t},sha256={}",
+            hmac_hex(secret, &[format!("{t}.").as_bytes(), body])
+        );
+        assert_eq!(
+            signed(secret, Some(&stamped), body, window, t + 300),
+            Ok(())
+        );
+        assert_eq!(
+            signed(secret, Some(&stamped), body, window, t - 300),
+            Ok(())
+        );
+        assert_eq!(
+            signed(secret, Some(&stamped), body, window, t + 301),
+            Err(Unsigned::Stale)
+        );
+        // The timestamp is signed: moving it breaks the signature.
+        let moved = stamped.replacen(&t.to_string(), &(t + 1000).to_string(), 1);
+        assert_eq!(
+            signed(secret, Some(&moved), body, window, t + 1000),
+            Err(Unsigned::Wrong)
+        );
+        for junk in [
+            "t=,sha256=00",
+            "t=1",
+            "t=x,sha256=00",
+            "sha256=zz",
+            "md5=00",
+        ] {
+            assert_eq!(
+                signed(secret, Some(junk), body, window, t),
+                Err(Unsigned::Wrong),
+                "{junk}"
+            );
+        }
+    }
 }

@@ -168,10 +168,10 @@ impl Scheduler {
     }
 
     /// The deployment whose webhook trigger has `path`, and its secret.
-    pub fn hook(&self, path: &str) -> Option<(&Deployment, Option<&[u8]>)> {
+    pub fn hook(&self, path: &str) -> Option<(&Deployment, &Trigger)> {
         self.settings.deployments.iter().find_map(|d| {
             d.triggers.iter().find_map(|t| match t {
-                Trigger::Webhook { path: p, secret } if p == path => Some((d, secret.as_deref())),
+                Trigger::Webhook { path: p, .. } if p == path => Some((d, t)),
                 _ => None,
             })
         })
