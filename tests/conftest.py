@@ -25,6 +25,18 @@ BUCKET, VERSIONED, PUBLIC = "floe-test", "floe-versioned", "floe-public"
 PUBLIC_RW = "floe-public-rw"  # anonymous callers may read and put, nothing else
 
 
+def pytest_sessionstart(session):
+    """This suite runs the binaries in $CARGO_TARGET_DIR/debug as they are (tests/run.sh builds
+    them first): warn when one is older than the sources, or a run tests yesterday's code."""
+    sources = [p for d in ("proxy", "plugins", "control") for p in (ROOT / d).rglob("*.rs")]
+    newest = max((p.stat().st_mtime for p in sources), default=0)
+    for binary in (FLOE_BIN, TARGET / "debug" / "floe-control"):
+        if binary.exists() and binary.stat().st_mtime < newest:
+            import warnings
+            warnings.warn(f"{binary} is older than the sources: run `cargo build --bin floe-proxy "
+                          "--bin floe-control` (tests/run.sh does) or these tests run old code")
+
+
 _PORTS = random.Random()
 _GIVEN = set()  # ports handed out already: a fleet picks its peer ports before any node binds them
 
