@@ -241,6 +241,18 @@ pub fn xml_escape(s: &str) -> String {
     out
 }
 
+/// The text of an XML element body with its predefined entities (and `&#34;`, `&#39;`, as
+/// some servers write quotes) resolved: the inverse of [`xml_escape`] for what S3 answers.
+pub fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#34;", "\"")
+        .replace("&apos;", "'")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
 /// Escapes text for an XML element body.
 pub(crate) fn escape_into(out: &mut String, s: &str) {
     for c in s.chars() {

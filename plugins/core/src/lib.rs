@@ -31,7 +31,7 @@ pub mod uri;
 pub mod versions;
 pub mod wire;
 
-pub use error::{chain, xml_escape, Cause, S3Error, S3ErrorCode};
+pub use error::{chain, xml_escape, xml_unescape, Cause, S3Error, S3ErrorCode};
 pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::{plain_read, response_overrides, version_read, S3Op};
 pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader, PartSpan};

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::fleet::PeerReply;
+use floe_core::fleet::{PeerCall, PeerReply};
 
 use crate::id::ObjectId;
 use crate::journal::Record;
@@ -137,6 +137,37 @@ impl Node {
             self.caught_up_flag.store(true, Ordering::Release);
             self.caught_up.send_replace(true);
             return true;
+        }
+        false
+    }
+
+    /// Whether a holder of `r` other than this node freed it (answers for its journal record
+    /// 410: propagated, overtaken or deleted). Every holder is asked at once, each for at most
+    /// [`crate::node::FREED_CHECK_WAIT`]: one that does not answer in time counts as not having freed it.
+    pub async fn freed_elsewhere(self: &Arc<Self>, r: &Record) -> bool {
+        let mut asks = tokio::task::JoinSet::new();
+        for (peer, _) in self
+            .holders(r)
+            .into_iter()
+            .filter(|(p, _)| *p.id != *self.me())
+        {
+            let (me, id) = (self.clone(), r.id);
+            asks.spawn(async move {
+                let call = PeerCall {
+                    method: "GET",
+                    path: format!("/journal?id={id}"),
+                    body: Bytes::new(),
+                };
+                let answer = me
+                    .call_within(&peer, call, crate::node::FREED_CHECK_WAIT)
+                    .await;
+                answer.is_ok_and(|a| a.status == 410)
+            });
+        }
+        while let Some(freed) = asks.join_next().await {
+            if freed.unwrap_or(false) {
+                return true;
+            }
         }
         false
     }

@@ -22,15 +22,6 @@ pub struct ListAsk {
     pub url: bool,
 }
 
-fn unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&#34;", "\"")
-        .replace("&amp;", "&")
-}
-
 pub(crate) fn between<'a>(s: &'a str, open: &str, close: &str) -> Option<&'a str> {
     let i = s.find(open)? + open.len();
     let j = s[i..].find(close)? + i;
@@ -67,7 +58,7 @@ impl ListAsk {
         if self.url {
             percent_decode(shown)
         } else {
-            unescape(shown)
+            floe_core::xml_unescape(shown)
         }
     }
 }

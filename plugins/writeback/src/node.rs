@@ -459,35 +459,6 @@ impl Node {
         out
     }
 
-    /// Whether a holder of `r` other than this node freed it (answers for its journal record
-    /// 410: propagated, overtaken or deleted). Every holder is asked at once, each for at most
-    /// [`FREED_CHECK_WAIT`]: one that does not answer in time counts as not having freed it.
-    pub async fn freed_elsewhere(self: &Arc<Self>, r: &Record) -> bool {
-        let mut asks = tokio::task::JoinSet::new();
-        for (peer, _) in self
-            .holders(r)
-            .into_iter()
-            .filter(|(p, _)| *p.id != *self.me())
-        {
-            let (me, id) = (self.clone(), r.id);
-            asks.spawn(async move {
-                let call = PeerCall {
-                    method: "GET",
-                    path: format!("/journal?id={id}"),
-                    body: bytes::Bytes::new(),
-                };
-                let answer = me.call_within(&peer, call, FREED_CHECK_WAIT).await;
-                answer.is_ok_and(|a| a.status == 410)
-            });
-        }
-        while let Some(freed) = asks.join_next().await {
-            if freed.unwrap_or(false) {
-                return true;
-            }
-        }
-        false
-    }
-
     /// As [`Node::call`], waiting at most `wait`.
     pub async fn call_within(
         self: &Arc<Self>,

@@ -91,6 +91,17 @@ impl MemOrigin {
         Ok(())
     }
 
+    /// Fails a PUT that was stored when its answer is to be lost (see `lose_answers`).
+    fn answer_lost(&self) -> Result<(), OriginError> {
+        let lost = self
+            .lose_answers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        match lost {
+            Ok(_) => Err(OriginError::Transport("the answer was lost".into())),
+            Err(_) => Ok(()),
+        }
+    }
+
     fn check(&self) -> Result<(), OriginError> {
         match self.cut.load(Ordering::SeqCst) {
             true => Err(OriginError::Transport("the origin is cut off".into())),
@@ -167,12 +178,7 @@ impl OriginReader for MemOrigin {
             return Err(OriginError::Status(400));
         }
         let etag = self.store(key.as_str(), all)?;
-        let lost = self
-            .lose_answers
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if lost.is_ok() {
-            return Err(OriginError::Transport("the answer was lost".into()));
-        }
+        self.answer_lost()?;
         ETag::parse(&etag).map_err(|e| OriginError::Transport(e.to_string()))
     }
 
@@ -207,12 +213,7 @@ impl OriginReader for MemOrigin {
         let etag = crate::etag::multipart(etags.iter().map(String::as_str))
             .ok_or(OriginError::Status(400))?;
         let etag = self.store_as(key.as_str(), all.freeze(), etag)?;
-        let lost = self
-            .lose_answers
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if lost.is_ok() {
-            return Err(OriginError::Transport("the answer was lost".into()));
-        }
+        self.answer_lost()?;
         ETag::parse(&etag).map_err(|e| OriginError::Transport(e.to_string()))
     }
 
