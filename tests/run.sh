@@ -18,6 +18,9 @@ if ! "$PY" -c "import boto3, duckdb, duckdb_extension_iceberg, pyiceberg, polars
   "$PY" -m pip install -q boto3 awscli pytest
   "$PY" -m pip install -q -r tests/requirements.txt
 fi
+# The worker SDK from this checkout (sdk/python), installed as a pipeline author installs it
+# (every run: the tests exercise this checkout's SDK).
+"$PY" -m pip install -q --no-deps ./sdk/python
 if [ ! -x "$FLOE_CACHE/bin/minio" ]; then
   GOBIN="$FLOE_CACHE/bin" go install github.com/minio/minio@latest
 fi

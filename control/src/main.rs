@@ -1,7 +1,8 @@
 //! `floe-control --config FILE` runs the control plane; `floe-control check FILE` validates a
 //! config; `floe-control status [ADDRESS]` prints what a running one is doing; `floe-control
 //! runs [--deployment D] [ADDRESS]` lists the scheduler's runs; `floe-control dispatch D
-//! [ADDRESS]` starts one run of deployment D by hand; `floe-control schema` prints the config's
+//! [ADDRESS]` starts one run of deployment D by hand; `floe-control conform D --config FILE`
+//! checks D's worker against the worker contract; `floe-control schema` prints the config's
 //! JSON Schema. ADDRESS defaults to 127.0.0.1:9102.
 
 use std::path::PathBuf;
@@ -43,6 +44,10 @@ async fn async_main(settings: Option<floe_control::config::Settings>) -> anyhow:
             Some(s) => run(s).await,
             None => bail!("no settings"),
         },
+        ["conform", deployment, "--config", file] => conform(file, deployment, None).await,
+        ["conform", deployment, "--config", file, "--event", event] => {
+            conform(file, deployment, Some(event)).await
+        }
         ["check", file] => {
             floe_control::config::load(&PathBuf::from(file))?;
             eprintln!("{file}: ok");
@@ -60,8 +65,33 @@ async fn async_main(settings: Option<floe_control::config::Settings>) -> anyhow:
         ["runs", addr] => runs(addr, None).await,
         ["dispatch", d] => dispatch(DEFAULT_ADDR, d).await,
         ["dispatch", d, addr] => dispatch(addr, d).await,
-        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | schema"),
+        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | conform D --config FILE [--event FILE] [--json] | schema"),
     }
+}
+
+/// Runs the worker conformance check on deployment `deployment` and prints its report; fails
+/// when a check fails.
+#[allow(clippy::print_stdout)]
+async fn conform(file: &str, deployment: &str, event: Option<&str>) -> anyhow::Result<()> {
+    let settings = floe_control::config::load(&PathBuf::from(file))?;
+    floe_control::http::install(floe_control::http::build(settings.ca_pem.as_deref())?);
+    let event = match event {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| path.to_owned())?;
+            Some(serde_json::from_str(&text).with_context(|| format!("{path}: not a CloudEvent"))?)
+        }
+        None => None,
+    };
+    let report = floe_control::sched::conform::run(&settings, deployment, event).await?;
+    if std::env::args().any(|a| a == "--json") {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    if !report.passed() {
+        bail!("{deployment} does not conform");
+    }
+    Ok(())
 }
 
 /// Prints the config file's JSON Schema (conf/floe-control.schema.json).

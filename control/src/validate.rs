@@ -130,7 +130,11 @@ pub fn parse(
             None => None,
         },
         scheduler: match &c.scheduler {
-            Some(sc) => Some(crate::sched::config::validate(&cx, sc)?),
+            Some(sc) => Some(crate::sched::config::validate(
+                &cx,
+                sc,
+                c.catalog.as_ref().map(|k| k.uri.as_str()),
+            )?),
             None => None,
         },
         follow,

@@ -31,9 +31,23 @@ pub struct SchedSection {
     /// run lives, so it only bounds how soon a crashed instance's run is retried. Default 30 s.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
+    /// Environment every worker gets (a deployment's own `env` wins on a clash): where the
+    /// worker SDK finds the catalog and the local Floe (`FLOE_CATALOG_URI`, `FLOE_S3_ENDPOINT`,
+    /// ...). `FLOE_CATALOG_URI` defaults to `catalog.uri` when a catalog is configured.
+    #[serde(default)]
+    pub worker_env: BTreeMap<String, String>,
+    /// Where workers spool their run-log events until the run-log table takes them
+    /// (`FLOE_RUN_LOG_DIR`; a catalog outage must not block a run). Default
+    /// `.floe-control/run-log`, beside the default store.
+    #[serde(default = "default_run_log_dir")]
+    pub run_log_dir: String,
     /// The deployments.
     #[serde(default)]
     pub deployments: Vec<DeploymentSection>,
+}
+
+fn default_run_log_dir() -> String {
+    ".floe-control/run-log".into()
 }
 
 /// One deployment record (kind `worker`).
@@ -249,8 +263,12 @@ pub struct SchedSettings {
     pub deployments: Vec<Deployment>,
 }
 
-/// Validates the section.
-pub fn validate(cx: &Cx<'_>, s: &SchedSection) -> Result<SchedSettings, ConfigError> {
+/// Validates the section; `catalog_uri` is the control plane's catalog, handed to workers.
+pub fn validate(
+    cx: &Cx<'_>,
+    s: &SchedSection,
+    catalog_uri: Option<&str>,
+) -> Result<SchedSettings, ConfigError> {
     let store = match (&s.store, &s.store_env) {
         (Some(_), Some(_)) => {
             return Err(cx.err("scheduler", "give at most one of store, store_env"))
@@ -271,10 +289,25 @@ pub fn validate(cx: &Cx<'_>, s: &SchedSection) -> Result<SchedSettings, ConfigEr
     if !(300..=3_600_000).contains(&s.lease_ms) {
         return Err(cx.err("scheduler.lease_ms", "must be 300..=3600000"));
     }
+    let run_log_dir = std::path::absolute(&s.run_log_dir)
+        .map_err(|e| cx.err("scheduler.run_log_dir", format!("{:?}: {e}", s.run_log_dir)))?;
+    let mut shared = s.worker_env.clone();
+    shared
+        .entry("FLOE_RUN_LOG_DIR".into())
+        .or_insert_with(|| run_log_dir.display().to_string());
+    if let Some(uri) = catalog_uri {
+        shared
+            .entry("FLOE_CATALOG_URI".into())
+            .or_insert_with(|| uri.to_owned());
+    }
     let mut out: Vec<Deployment> = Vec::new();
     for (i, d) in s.deployments.iter().enumerate() {
         let key = format!("scheduler.deployments[{i}]");
-        out.push(deployment(cx, &key, d)?);
+        let mut one = deployment(cx, &key, d)?;
+        for (k, v) in &shared {
+            one.env.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        out.push(one);
         if out[..out.len() - 1].iter().any(|o| o.name == d.name) {
             return Err(cx.err(format!("{key}.name"), format!("{:?} is used twice", d.name)));
         }

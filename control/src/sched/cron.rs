@@ -132,6 +132,13 @@ impl Schedule {
         (out, at)
     }
 
+    /// The last interval that has ended by `now` (what a conformance run replays by default).
+    pub fn last_interval(&self, now: i64) -> Option<Interval> {
+        let end = self.find(now, true, false)?;
+        let start = self.find(end, false, false)?;
+        Some(Interval { start, end })
+    }
+
     /// RFC 3339 in UTC, for events and status.
     pub fn rfc3339(ms: i64) -> String {
         Utc.timestamp_millis_opt(ms)

@@ -17,11 +17,13 @@
 //!     "deployments: [{name: nightly, code: {command: ./compact.sh},
 //!       triggers: [{cron: {schedule: '0 2 * * *', timezone: Europe/Berlin}}]}]",
 //! ).unwrap();
-//! let v = floe_control::sched::config::validate(&cx, &s).unwrap();
+//! let v = floe_control::sched::config::validate(&cx, &s, None).unwrap();
 //! assert_eq!(v.deployments[0].max_attempts, 3);
 //! ```
 
 pub mod config;
+pub mod conform;
+mod conform_state;
 pub mod cron;
 pub mod event;
 pub mod harness;

@@ -1,0 +1,124 @@
+"""Commits that take effect once.
+
+A commit carries ``floe.idempotency-key`` = ``<deployment>/<trigger identity>/<sequence>`` in
+its snapshot summary (every snapshot it makes: an overwrite's delete and its append). Before
+writing, the table's snapshot history is searched for the key; a run replayed after a crash or
+a lost lease finds the commits its earlier attempt made and skips them. The table's own commit
+log carries the guarantee: no side store to keep consistent.
+
+Two attempts racing (a run whose lease was lost, still alive for a moment) are settled by the
+catalog: each commit asserts the snapshot it read, so the loser's commit fails, it reloads,
+finds the winner's key and skips.
+
+Keys live as long as their snapshots: expire snapshots later than any run can be retried.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+IDEMPOTENCY_KEY = "floe.idempotency-key"
+#: Attempts at one commit when other writers keep winning the race for the table.
+COMMIT_TRIES = 8
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one ``append`` or ``overwrite`` did."""
+
+    table: str
+    kind: str
+    sequence: int
+    key: str
+    rows: int
+    #: The snapshot holding the key (this run's commit, or the earlier attempt's).
+    snapshot_id: int | None
+    #: True when an earlier attempt had committed it: nothing was written this time.
+    skipped: bool
+    #: The Arrow schema of the rows the worker passed (the conformance check compares it).
+    schema: str = field(default="")
+
+
+def find_key(tbl, key: str) -> int | None:
+    """The id of a snapshot in ``tbl``'s history whose summary holds ``key``."""
+    for snap in tbl.metadata.snapshots:
+        if snap.summary is not None and snap.summary[IDEMPOTENCY_KEY] == key:
+            return snap.snapshot_id
+    return None
+
+
+def kill_point(ctx, point: str, sequence: int) -> None:
+    """The conformance hook: ``FLOE_KILL_AT=<point>:<sequence>`` kills this process with SIGKILL
+    at that point of that commit, on the first attempt only (the re-dispatch must finish).
+    Points: ``before-write``, ``before-commit`` (data files written, not committed),
+    ``after-commit``."""
+    want = ctx.env.get("FLOE_KILL_AT", "")
+    if ctx.attempt == 1 and want == f"{point}:{sequence}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def as_arrow(rows, tbl) -> pa.Table:
+    if isinstance(rows, pa.Table):
+        return rows
+    if tbl is not None:
+        return pa.Table.from_pylist(list(rows), schema=tbl.schema().as_arrow())
+    return pa.Table.from_pylist(list(rows))
+
+
+def _load_or_create(catalog, table: str, schema: pa.Schema | None):
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(table)
+    except NoSuchTableError:
+        if schema is None:
+            raise
+        namespace = table.rsplit(".", 1)[0]
+        catalog.create_namespace_if_not_exists(namespace)
+        return catalog.create_table_if_not_exists(table, schema=schema)
+
+
+def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: int) -> CommitResult:
+    """Commits ``rows`` to ``table`` under this run's key number ``sequence``, unless the table
+    already holds that key. A missing table is created with the rows' schema."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    key = ctx.idempotency_key(sequence)
+    given = rows if isinstance(rows, pa.Table) else None
+    tbl = _load_or_create(ctx.catalog, table, given.schema if given is not None else None)
+    data = as_arrow(rows, tbl)
+    props = {IDEMPOTENCY_KEY: key, "floe.deployment": ctx.deployment, "floe.run-id": ctx.run_id,
+             "floe.attempt": str(ctx.attempt)}
+    for _ in range(COMMIT_TRIES):
+        tbl.refresh()
+        found = find_key(tbl, key)
+        if found is not None:
+            ctx.log.info("commit %s to %s: already made by an earlier attempt (snapshot %s)",
+                         key, table, found)
+            return CommitResult(table, kind, sequence, key, data.num_rows, found, True, str(data.schema))
+        kill_point(ctx, "before-write", sequence)
+        tx = tbl.transaction()
+        if kind == "append":
+            tx.append(data, snapshot_properties=props)
+        else:
+            from pyiceberg.expressions import AlwaysTrue
+
+            tx.overwrite(data, overwrite_filter=overwrite_filter or AlwaysTrue(), snapshot_properties=props)
+        kill_point(ctx, "before-commit", sequence)
+        try:
+            tbl = tx.commit_transaction()
+        except CommitFailedException as e:
+            ctx.log.info("commit %s to %s lost a race (%s); reloading", key, table, e)
+            time.sleep(random.uniform(0.05, 0.3))  # backing off a contended table
+            continue
+        kill_point(ctx, "after-commit", sequence)
+        snap = tbl.current_snapshot()
+        return CommitResult(table, kind, sequence, key, data.num_rows,
+                            snap.snapshot_id if snap else None, False, str(data.schema))
+    raise RuntimeError(f"commit {key} to {table}: lost the race {COMMIT_TRIES} times")
