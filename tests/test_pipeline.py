@@ -34,9 +34,10 @@ def lake(minio, relay, tmp_path_factory):
     floe = start_cached_floe(tmp, relay.port, tmp / "cache")
     # What the test reads with: PyIceberg through Floe, as the workers do.
     cat = iceberg(rest_port, floe.port, *CLIENT)
-    yield dict(tmp=tmp, rest_port=rest_port, floe=floe, cat=cat)
+    lake = dict(tmp=tmp, rest=rest, rest_port=rest_port, minio_port=minio.port, floe=floe, cat=cat)
+    yield lake
     floe.stop()
-    rest.stop()
+    lake["rest"].stop()
 
 
 class Control:
@@ -52,6 +53,7 @@ class Control:
             "follow": [{"namespace": "none"}],
             "nodes": [{"admin": f"http://127.0.0.1:{floe.admin_port}", "token": ADMIN_TOKEN}],
             "status_address": f"127.0.0.1:{self.port}",
+            "heat": {"path": str(tmp / "heat.json")},
             "scheduler": {
                 "store": f"sqlite://{tmp}/sched.db", "lease_ms": lease_ms,
                 "concurrency": concurrency, "run_log_dir": str(tmp / "run-log"),
@@ -209,3 +211,80 @@ def test_conform_passes_a_good_worker_and_names_what_a_drifting_or_replaying_wor
     for p in KILL_POINTS:
         # The worker makes no SDK commit, so the kill point is never reached: said, not hidden.
         assert f"killed {p} its first commit and resumed: the worker did not stop at {p}:1" in out, out
+
+
+def test_a_cron_backfill_through_kill_9_of_floe_control_copies_each_interval_once_and_logs_every_run(lake, tmp_path):
+    cat = lake["cat"]
+    period, backlog = 4, 8
+    # Start early in a period, so the backlog is exactly the eight intervals before now.
+    while time.time() % period > 1.0:
+        time.sleep(0.05)  # choosing the start time, not synchronising
+    now = int(time.time())
+    start = now - now % period - backlog * period
+    source = source_rows(cat, start, intervals=backlog, period=period)
+    cron = [{"cron": {"schedule": f"*/{period} * * * * *", "catchup": "sequential",
+                      "start_date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))}}]
+    ctl = Control(lake, tmp_path, [worker("backfill", "copy_interval.py", cron, "out.backfill",
+                                          retries=5)], concurrency=2).start()
+    try:
+        # Kill it while a run is open (its worker is mid-run).
+        before = ctl.wait(lambda r: sum(x["result"] == "ok" for x in r) >= 3
+                          and any(x["result"] is None for x in r), "three intervals copied, one running")
+        ctl.kill9()
+        cut = [(x["job_id"], x["attempt"]) for x in before if x["result"] is None]
+        # Down longer than a run takes: a worker that outlived floe-control would finish now.
+        time.sleep(5)  # keeping the process down, not synchronising
+        ctl.start()
+        want = {dt.datetime.fromtimestamp(start + i * period, dt.timezone.utc).isoformat(timespec="milliseconds")
+                .replace("+00:00", "Z") for i in range(backlog)}
+        runs = ctl.wait(lambda r: want <= {json.loads(x["event"])["id"] for x in r if x["result"] == "ok"},
+                        "every backlog interval copied", timeout=180)
+        # The cut run never finished as itself; a later attempt of its job did.
+        assert not [x for x in runs if (x["job_id"], x["attempt"]) in cut and x["result"] == "ok"], cut
+        assert all(any(x["job_id"] == j and x["attempt"] > a and x["result"] == "ok" for x in runs)
+                   for j, a in cut), runs
+        out = rows_of(cat, "out.backfill")
+        assert sorted(r["id"] for r in out) == sorted(source["id"].to_pylist()), "each row exactly once"
+        for r in out:
+            t = r["ts"].timestamp()
+            assert dt.datetime.fromisoformat(r["interval_start"]).timestamp() == t - (t - start) % period, r
+        ok = [(x["job_id"], x["attempt"]) for x in runs if x["result"] == "ok"]
+        log = wait_until("the run log lists every run", lambda: (lambda l: {
+            (r["run_id"], r["attempt"]) for r in l if r["event"] == "end"} >= set(ok) and l)(
+                run_log(cat, "backfill")), 30)
+        starts = {(r["run_id"], r["attempt"]) for r in log if r["event"] == "start"}
+        assert starts >= set(ok)
+        commits = [r for r in log if r["event"] == "commit" and not r["skipped"]]
+        # One commit per backlog interval, each with its five rows.
+        assert sorted(c["rows"] for c in commits) == [5] * backlog, commits
+    finally:
+        ctl.stop()
+
+
+def test_the_run_log_waits_out_a_catalog_outage_bounded_and_runs_go_on(lake, tmp_path):
+    cat = lake["cat"]
+    ctl = Control(lake, tmp_path, [worker("noop", "noop.py", [], [], retries=0,
+                                          env={"FLOE_RUN_LOG_MAX_FILES": "2"})]).start()
+    try:
+        lake["rest"].stop()
+        jobs = []
+        for _ in range(3):
+            code, doc = ctl.call("POST", "/deployments/noop/dispatch")
+            assert code == 202, doc
+            jobs.append(doc["job"])
+            ctl.wait(lambda r: sum(x["result"] == "ok" for x in r) == len(jobs), f"{len(jobs)} ok runs")
+        spooled = sorted(p.name for p in (tmp_path / "run-log").glob("*.jsonl"))
+        assert len(spooled) == 2 and (tmp_path / "run-log" / ".dropped").read_text() == "1", spooled
+        lake["rest"] = start_rest(lake["tmp"], lake["minio_port"], lake["rest_port"])
+        code, doc = ctl.call("POST", "/deployments/noop/dispatch")
+        jobs.append(doc["job"])
+        ctl.wait(lambda r: sum(x["result"] == "ok" for x in r) == 4, "four ok runs")
+        log = run_log(cat, "noop")
+        ends = {r["run_id"] for r in log if r["event"] == "end"}
+        # The first run's file went past the bound while the catalog was down (then the second's,
+        # when the fourth run opened its own); the others reached the table.
+        assert ends == set(jobs[2:]), (ends, jobs)
+        assert [r["rows"] for r in log if r["event"] == "dropped"] == [2], log
+        assert not list((tmp_path / "run-log").glob("*.jsonl"))
+    finally:
+        ctl.stop()
