@@ -43,7 +43,7 @@ def lake(minio, relay, tmp_path_factory):
 class Control:
     """floe-control with the catalog, one node and a scheduler whose workers use the SDK."""
 
-    def __init__(self, lake, tmp, deployments, lease_ms=1500, concurrency=4):
+    def __init__(self, lake, tmp, deployments, lease_ms=1500, concurrency=4, store=None):
         self.tmp, self.port = tmp, free_port()
         self.conf = tmp / "control.json"
         self.log = tmp / "control.log"
@@ -55,7 +55,7 @@ class Control:
             "status_address": f"127.0.0.1:{self.port}",
             "heat": {"path": str(tmp / "heat.json")},
             "scheduler": {
-                "store": f"sqlite://{tmp}/sched.db", "lease_ms": lease_ms,
+                "store": store or f"sqlite://{tmp}/sched.db", "lease_ms": lease_ms,
                 "concurrency": concurrency, "run_log_dir": str(tmp / "run-log"),
                 "worker_env": {"FLOE_S3_ENDPOINT": f"http://127.0.0.1:{floe.port}",
                                "FLOE_S3_ACCESS_KEY_ID": CLIENT[0],
@@ -213,7 +213,7 @@ def test_conform_passes_a_good_worker_and_names_what_a_drifting_or_replaying_wor
         assert f"killed {p} its first commit and resumed: the worker did not stop at {p}:1" in out, out
 
 
-def test_a_cron_backfill_through_kill_9_of_floe_control_copies_each_interval_once_and_logs_every_run(lake, tmp_path):
+def test_a_cron_backfill_through_kill_9_of_floe_control_copies_each_interval_once_and_logs_every_run(lake, tmp_path, store):
     cat = lake["cat"]
     period, backlog = 4, 8
     # Start early in a period, so the backlog is exactly the eight intervals before now.
@@ -224,8 +224,11 @@ def test_a_cron_backfill_through_kill_9_of_floe_control_copies_each_interval_onc
     source = source_rows(cat, start, intervals=backlog, period=period)
     cron = [{"cron": {"schedule": f"*/{period} * * * * *", "catchup": "sequential",
                       "start_date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))}}]
-    ctl = Control(lake, tmp_path, [worker("backfill", "copy_interval.py", cron, "out.backfill",
-                                          retries=5)], concurrency=2).start()
+    # Each store's run has its own deployment name and output table.
+    name = "backfill-" + store.split(":")[0]
+    table = "out." + name.replace("-", "_")
+    ctl = Control(lake, tmp_path, [worker(name, "copy_interval.py", cron, table,
+                                          retries=5)], concurrency=2, store=store).start()
     try:
         # Kill it while a run is open (its worker is mid-run).
         before = ctl.wait(lambda r: sum(x["result"] == "ok" for x in r) >= 3
@@ -243,7 +246,7 @@ def test_a_cron_backfill_through_kill_9_of_floe_control_copies_each_interval_onc
         assert not [x for x in runs if (x["job_id"], x["attempt"]) in cut and x["result"] == "ok"], cut
         assert all(any(x["job_id"] == j and x["attempt"] > a and x["result"] == "ok" for x in runs)
                    for j, a in cut), runs
-        out = rows_of(cat, "out.backfill")
+        out = rows_of(cat, table)
         assert sorted(r["id"] for r in out) == sorted(source["id"].to_pylist()), "each row exactly once"
         for r in out:
             t = r["ts"].timestamp()
@@ -251,7 +254,7 @@ def test_a_cron_backfill_through_kill_9_of_floe_control_copies_each_interval_onc
         ok = [(x["job_id"], x["attempt"]) for x in runs if x["result"] == "ok"]
         log = wait_until("the run log lists every run", lambda: (lambda l: {
             (r["run_id"], r["attempt"]) for r in l if r["event"] == "end"} >= set(ok) and l)(
-                run_log(cat, "backfill")), 30)
+                run_log(cat, name)), 30)
         starts = {(r["run_id"], r["attempt"]) for r in log if r["event"] == "start"}
         assert starts >= set(ok)
         commits = [r for r in log if r["event"] == "commit" and not r["skipped"]]

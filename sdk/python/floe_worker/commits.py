@@ -84,14 +84,29 @@ def _load_or_create(catalog, table: str, schema: pa.Schema | None):
         return catalog.create_table_if_not_exists(table, schema=schema)
 
 
+def _without_retries(tbl):
+    """``tbl`` as a table whose commits are not retried by PyIceberg. PyIceberg (0.10+) retries a
+    commit that lost a race by re-applying it to the new head (``commit.retry.num-retries``,
+    default 4), which would commit a key the winner already holds; here a lost race must come
+    back to the key check instead. The property is set on this in-memory copy only: a commit
+    sends its snapshot updates, never the base's properties."""
+    from pyiceberg.table import Table
+
+    props = {**tbl.metadata.properties, "commit.retry.num-retries": "0"}
+    metadata = tbl.metadata.model_copy(update={"properties": props})
+    return Table(tbl.name(), metadata, tbl.metadata_location, tbl.io, tbl.catalog)
+
+
 def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: int) -> CommitResult:
     """Commits ``rows`` to ``table`` under this run's key number ``sequence``, unless the table
     already holds that key. A missing table is created with the rows' schema."""
     from pyiceberg.exceptions import CommitFailedException
 
     key = ctx.idempotency_key(sequence)
-    given = rows if isinstance(rows, pa.Table) else None
-    tbl = _load_or_create(ctx.catalog, table, given.schema if given is not None else None)
+    if not isinstance(rows, pa.Table):
+        rows = list(rows)
+    given = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
+    tbl = _load_or_create(ctx.catalog, table, given.schema)
     data = as_arrow(rows, tbl)
     props = {IDEMPOTENCY_KEY: key, "floe.deployment": ctx.deployment, "floe.run-id": ctx.run_id,
              "floe.attempt": str(ctx.attempt)}
@@ -103,7 +118,7 @@ def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: in
                          key, table, found)
             return CommitResult(table, kind, sequence, key, data.num_rows, found, True, str(data.schema))
         kill_point(ctx, "before-write", sequence)
-        tx = tbl.transaction()
+        tx = _without_retries(tbl).transaction()
         if kind == "append":
             tx.append(data, snapshot_properties=props)
         else:
