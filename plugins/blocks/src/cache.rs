@@ -189,6 +189,15 @@ impl BlockCache {
         }
     }
 
+    /// Moves the partial blocks in DRAM to the disk tier (they leave DRAM: for a shutdown).
+    pub async fn write_partials(&self) {
+        for store in [&self.data, &self.meta] {
+            store
+                .flush_if(|_, v| matches!(v, Block::Partial { .. }))
+                .await;
+        }
+    }
+
     /// Waits until both stores' pending disk writes are done.
     pub async fn settle(&self) {
         self.data.storage().wait().await;
@@ -255,7 +264,10 @@ impl BlockCache {
             return;
         }
         stats.inserted.fetch_add(1, Ordering::Relaxed);
-        store.insert(key, block);
+        match block {
+            Block::Full(_) => store::insert_final(store, key, block),
+            Block::Partial { .. } => store::insert_growing(store, key, block),
+        }
     }
 
     fn map_key(bucket: &Arc<str>, key: &Arc<str>) -> BlockKey {
@@ -270,7 +282,8 @@ impl BlockCache {
 
     /// Persists an immutable object's mapping in the metadata store.
     pub fn save_mapping(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) {
-        self.meta.insert(
+        store::insert_final(
+            &self.meta,
             Self::map_key(bucket, key),
             Block::Full(Bytes::from(m.encode())),
         );

@@ -52,6 +52,14 @@ pub struct CacheSection {
     /// 8 MiB). Metadata-store blocks and warms are whole.
     #[serde(default)]
     pub fill: FillSection,
+    /// When a block reaches the disk tier. `once` (default): a whole block when it is stored,
+    /// a partial block (range fills) when it leaves DRAM, so each is written once instead of
+    /// at every span merge; a kill -9 loses the partial blocks still in DRAM (refetched, never
+    /// served wrong). `every_insert`: every insert is written at once (what a crash keeps is
+    /// everything stored, at up to ~14x the disk writes of `once` for range-heavy reads,
+    /// load/PERFORMANCE.md "Disk tier writes").
+    #[serde(default)]
+    pub disk_writes: DiskWritesSection,
     /// TTL of mappings of rewritable objects (version-hint.text, unknown files), revalidated
     /// with If-None-Match after it. Default 5000 ms.
     #[serde(default = "default_ttl_ms")]
@@ -72,6 +80,17 @@ pub enum FillSection {
     Range,
     /// Whole blocks.
     Block,
+}
+
+/// `cache.disk_writes`.
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskWritesSection {
+    /// Whole blocks when stored, partial blocks when they leave DRAM.
+    #[default]
+    Once,
+    /// Every insert, at once.
+    EveryInsert,
 }
 
 /// DRAM and disk ceilings of one store, in bytes.
@@ -137,6 +156,7 @@ pub fn validate(cx: &ConfigCx<'_>, c: &CacheSection) -> Result<CacheSettings, Co
             dram_bytes: s.dram_bytes,
             disk_bytes: s.disk_bytes,
             disk_dir: Path::new(&c.dir).join(name),
+            write_every_insert: c.disk_writes == DiskWritesSection::EveryInsert,
         })
     };
     let rules = match &c.rules {

@@ -223,9 +223,10 @@ impl Versions for BlockVersions {
     }
 }
 
-/// On shutdown, waits for the stores' pending disk writes (blocks, mappings, tombstones), so
-/// a stopped node restarts with everything it had written; the stores stay open for the
-/// transfers the grace period lets finish.
+/// On shutdown, writes the partial blocks still in DRAM to the disk tier (they are written
+/// when they leave DRAM, and a shutdown is leaving) and waits for the stores' pending disk
+/// writes (blocks, mappings, tombstones), so a stopped node restarts with everything it held;
+/// the stores stay open for the transfers the grace period lets finish.
 struct SettleOnShutdown(Arc<BlockCache>);
 
 #[async_trait]
@@ -236,6 +237,7 @@ impl BackgroundService for SettleOnShutdown {
                 break;
             }
         }
+        self.0.write_partials().await;
         self.0.settle().await;
         tracing::info!("block cache writes settled for shutdown");
     }

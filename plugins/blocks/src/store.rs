@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use foyer::{
     BlockEngineConfig, Code, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
-    HybridCachePolicy, PsyncIoEngineConfig, RecoverMode,
+    HybridCachePolicy, HybridCacheProperties, Location, PsyncIoEngineConfig, RecoverMode,
 };
 
 use crate::block::Block;
@@ -117,10 +117,33 @@ pub struct StoreSettings {
     pub disk_dir: PathBuf,
     /// Disk ceiling in bytes.
     pub disk_bytes: usize,
+    /// Write every insert to disk at once (`cache.disk_writes: every_insert`) instead of
+    /// growing blocks when they leave DRAM.
+    pub write_every_insert: bool,
 }
 
 /// A hybrid (DRAM + disk) store of blocks.
 pub type BlockStore = HybridCache<BlockKey, Block>;
+
+/// Stores a value that is final as it is (a whole block, a mapping record): in DRAM, and
+/// written to the disk tier now, once. It is kept in DRAM as `InMem`, so leaving DRAM does not
+/// write it again; a kill -9 right after keeps it (the restart tests read it back).
+pub fn insert_final(store: &BlockStore, key: BlockKey, value: Block) {
+    let entry = store.insert_with_properties(
+        key,
+        value,
+        HybridCacheProperties::default().with_location(Location::InMem),
+    );
+    store.storage().enqueue(entry.piece(), false);
+}
+
+/// Stores a value that may still grow (a partial block: a later range fill merges spans into
+/// it and inserts it again): in DRAM only. It reaches the disk tier once, as it is when it
+/// leaves DRAM (foyer's write-on-eviction pipe), not on every merge; a crash loses the partial
+/// blocks still in DRAM, which a cache may: they are refetched, never served wrong.
+pub fn insert_growing(store: &BlockStore, key: BlockKey, value: Block) {
+    store.insert(key, value);
+}
 
 /// foyer's disk region size: every entry must fit in one region.
 pub const REGION_BYTES: usize = 16 << 20;
@@ -177,7 +200,14 @@ async fn build(
     let _ = direct;
     HybridCacheBuilder::new()
         .with_name(name)
-        .with_policy(HybridCachePolicy::WriteOnInsertion)
+        // Written on eviction, unless inserted as final ([`insert_final`], written at once):
+        // a partial block is written once as it leaves DRAM, not at every span merge. A
+        // block read back from disk is `Young` there and is not rewritten when it leaves.
+        .with_policy(if s.write_every_insert {
+            HybridCachePolicy::WriteOnInsertion
+        } else {
+            HybridCachePolicy::WriteOnEviction
+        })
         .with_event_listener(events)
         .memory(s.dram_bytes)
         // Each shard must hold many blocks, or a block larger than a shard's share is evicted

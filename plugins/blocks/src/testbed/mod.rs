@@ -45,6 +45,7 @@ pub fn settings(dir: &std::path::Path, data_dram: usize) -> CacheSettings {
         dram_bytes: dram,
         disk_bytes: 4 * REGION_BYTES,
         disk_dir: dir.join(name),
+        write_every_insert: false,
     };
     CacheSettings {
         block_bytes: BS,
@@ -292,6 +293,7 @@ pub fn pattern(seed: u8, n: usize) -> Bytes {
 #[cfg(test)]
 mod conditional;
 #[cfg(test)]
+mod disk;
 mod fills;
 #[cfg(test)]
 mod labels;
