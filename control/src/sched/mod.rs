@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod conform;
+mod conform_report;
 mod conform_state;
 pub mod cron;
 pub mod event;
