@@ -446,8 +446,14 @@ mod tests {
         let s = parse(include_str!("../../../conf/scheduler.yaml")).unwrap();
         let sc = s.scheduler.unwrap();
         assert!(!s.follows_catalog);
-        assert_eq!(sc.deployments.len(), 2);
+        assert_eq!(sc.deployments.len(), 3);
         assert_eq!(sc.deployments[0].max_attempts, 3);
+        // The shared worker environment reaches every deployment; its own env wins.
+        for d in &sc.deployments {
+            assert!(d.env["FLOE_S3_ENDPOINT"].starts_with("http://"), "{}", d.name);
+            assert!(d.env["FLOE_RUN_LOG_DIR"].ends_with(".floe-control/run-log"));
+        }
+        assert_eq!(sc.deployments[0].env["LOG_LEVEL"], "info");
         assert!(
             matches!(&sc.deployments[0].triggers[0], Trigger::Cron(c) if c.catchup == Catchup::Sequential)
         );
