@@ -442,6 +442,21 @@ mod tests {
     }
 
     #[test]
+    fn worker_env_reaches_each_deployment_under_its_own_env_and_the_catalog_is_named() {
+        let s = parse(
+            "catalog: {uri: 'http://cat:8181'}\nnodes: [{admin: 'http://n:9101', token: t}]\nscheduler: {store: 'sqlite://x', run_log_dir: /spool, \
+             worker_env: {A: shared, B: shared}, \
+             deployments: [{name: d, code: {command: c}, env: {B: own}}]}",
+        )
+        .unwrap();
+        let env = &s.scheduler.unwrap().deployments[0].env;
+        assert_eq!(env["A"], "shared");
+        assert_eq!(env["B"], "own");
+        assert_eq!(env["FLOE_RUN_LOG_DIR"], "/spool");
+        assert_eq!(env["FLOE_CATALOG_URI"], "http://cat:8181");
+    }
+
+    #[test]
     fn the_shipped_scheduler_config_loads() {
         let s = parse(include_str!("../../../conf/scheduler.yaml")).unwrap();
         let sc = s.scheduler.unwrap();
@@ -450,7 +465,11 @@ mod tests {
         assert_eq!(sc.deployments[0].max_attempts, 3);
         // The shared worker environment reaches every deployment; its own env wins.
         for d in &sc.deployments {
-            assert!(d.env["FLOE_S3_ENDPOINT"].starts_with("http://"), "{}", d.name);
+            assert!(
+                d.env["FLOE_S3_ENDPOINT"].starts_with("http://"),
+                "{}",
+                d.name
+            );
             assert!(d.env["FLOE_RUN_LOG_DIR"].ends_with(".floe-control/run-log"));
         }
         assert_eq!(sc.deployments[0].env["LOG_LEVEL"], "info");
