@@ -4,7 +4,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use floe_core::BodyStage;
+use floe_filter::BodyStage;
 use floe_sigv4::auth::{sign, signing_key};
 use floe_sigv4::chunked::{ChunkSigning, ChunkedStage};
 use libfuzzer_sys::fuzz_target;

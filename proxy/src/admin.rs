@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
-use floe_core::plugin::{AdminHandler, AdminRequest, AdminResponse};
 use floe_core::uri::decode;
+use floe_filter::plugin::{AdminHandler, AdminRequest, AdminResponse};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use floe_core::UpstreamPayload;
+use floe_filter::UpstreamPayload;
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use quick_xml::events::Event;

@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use floe_core::config::{ConfigCx, ConfigError};
-use floe_core::plugin::{
+use floe_core::OriginReader;
+use floe_filter::plugin::{
     AdminHandler, Configured, Plugin, PluginFactory, RouteCx, Shared, StartError,
 };
-use floe_core::{OriginReader, RequestFilter};
+use floe_filter::RequestFilter;
 use pingora::services::ServiceWithDependents;
 
 use crate::runtime::{RouteSpec, AUTH_STAGE};
@@ -95,7 +96,7 @@ impl Plugins {
     }
 
     /// The origin reader the stages after `name` get (see
-    /// [`floe_core::plugin::Plugin::origin_layer`]).
+    /// [`floe_filter::plugin::Plugin::origin_layer`]).
     pub fn origin_layer(
         &self,
         name: &str,

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::config::{ConfigCx, ConfigError};
-use floe_core::plugin::{
+use floe_core::{S3Error, S3Op};
+use floe_filter::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx,
     StartError,
 };
-use floe_core::{FilterCtx, RequestFilter, S3Error, S3Op};
+use floe_filter::{FilterCtx, RequestFilter};
 
 use super::*;
 use crate::runtime::parse_with;

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::{FilterCtx, S3Error, S3Op};
+use floe_core::{S3Error, S3Op};
+use floe_filter::FilterCtx;
 use pingora::cache::{CacheKey, NoCacheReason, RespCacheable};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;

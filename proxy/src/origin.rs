@@ -12,7 +12,7 @@ use aws_sigv4::http_request::{
 };
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
-use floe_core::UpstreamPayload;
+use floe_filter::UpstreamPayload;
 use pingora::http::RequestHeader;
 use pingora::upstreams::peer::HttpPeer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

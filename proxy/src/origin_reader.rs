@@ -10,8 +10,8 @@ use bytes::Bytes;
 use floe_core::uri::uri_encode;
 use floe_core::{
     BucketName, ByteStream, ETag, Fetched, ObjectHead, ObjectKey, OriginError, OriginReader,
-    UpstreamPayload,
 };
+use floe_filter::UpstreamPayload;
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use floe_core::plugin::StartError;
 use floe_core::BucketName;
+use floe_filter::plugin::StartError;
 
 use crate::chain::Plugins;
 use crate::origin::Origin;

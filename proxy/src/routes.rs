@@ -4,8 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use floe_core::plugin::{RouteCx, StartError};
-use floe_core::{BucketName, RequestFilter};
+use floe_core::BucketName;
+use floe_filter::plugin::{RouteCx, StartError};
+use floe_filter::RequestFilter;
 
 use crate::chain::Plugins;
 use crate::origin::Origin;

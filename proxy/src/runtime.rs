@@ -7,7 +7,7 @@ use std::path::Path;
 use floe_core::config::ConfigCx as Ctx;
 pub use floe_core::config::ConfigError;
 
-use floe_core::plugin::PluginFactory;
+use floe_filter::plugin::PluginFactory;
 
 use crate::config::{Addressing, BreakerSection, CredentialsSection, FileConfig, OriginSection};
 

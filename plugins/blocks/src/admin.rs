@@ -23,9 +23,9 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 
-use floe_core::plugin::{AdminHandler, AdminRequest, AdminResponse};
 use floe_core::wire;
 use floe_core::{BucketName, ObjectKey};
+use floe_filter::plugin::{AdminHandler, AdminRequest, AdminResponse};
 
 use crate::cache::{BlockCache, StoreStats};
 use crate::classify::Store;

@@ -1,7 +1,8 @@
 //! The header of an answer the cache writes itself: 200/206/304 for a held version, and the
 //! validators a 412 carries.
 
-use floe_core::{FilterCtx, S3Error, S3ErrorCode};
+use floe_core::{S3Error, S3ErrorCode};
+use floe_filter::FilterCtx;
 use pingora::http::ResponseHeader;
 
 use crate::mapping::Mapping;

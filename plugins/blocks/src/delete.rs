@@ -12,7 +12,7 @@ pub const MAX_DELETE_BODY: usize = 2 << 20;
 #[derive(Clone)]
 pub(crate) struct DeleteKeys(pub(crate) Vec<String>);
 
-/// The body of one DeleteObjects request, collected in [`floe_core::FilterCtx::ext`] and held
+/// The body of one DeleteObjects request, collected in [`floe_filter::FilterCtx::ext`] and held
 /// back from the origin until its keys are read.
 #[derive(Default, Clone)]
 pub(crate) struct DeleteBody {

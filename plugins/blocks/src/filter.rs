@@ -7,10 +7,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::conditions::Conditions;
 use floe_core::fleet::Fleet;
-use floe_core::{
-    BucketName, FilterCtx, ObjectKey, OriginError, OriginReader, RequestFilter, S3Error,
-    S3ErrorCode, S3Op,
-};
+use floe_core::{BucketName, ObjectKey, OriginError, OriginReader, S3Error, S3ErrorCode, S3Op};
+use floe_filter::{FilterCtx, RequestFilter};
 use lru::LruCache;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use floe_core::{BucketName, FilterCtx, ObjectKey, OriginError, S3Op};
+use floe_core::{BucketName, ObjectKey, OriginError, S3Op};
+use floe_filter::FilterCtx;
 
 use crate::classify::{Class, Store};
 use crate::filter::BlockFilter;

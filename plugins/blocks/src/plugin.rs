@@ -8,11 +8,11 @@ use std::sync::{Arc, OnceLock, RwLock};
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::fleet::Fleet;
-use floe_core::plugin::{
+use floe_core::versions::Versions;
+use floe_filter::plugin::{
     AdminHandler, Configured, Plugin, PluginFactory, RouteCx, Shared, StartError,
 };
-use floe_core::versions::Versions;
-use floe_core::RequestFilter;
+use floe_filter::RequestFilter;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::{background_service, BackgroundService};
 use pingora::services::ServiceWithDependents;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use floe_core::fleet::PeerError;
-use floe_core::{BucketName, ETag, FilterCtx, ObjectKey, OriginError};
+use floe_core::{BucketName, ETag, ObjectKey, OriginError};
+use floe_filter::FilterCtx;
 
 use crate::cache::Fill;
 use crate::classify::{Class, Store};

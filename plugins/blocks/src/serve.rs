@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::conditions::{Conditions, Verdict};
-use floe_core::{ETag, FilterCtx, ObjectKey, S3Error, S3ErrorCode};
+use floe_core::{ETag, ObjectKey, S3Error, S3ErrorCode};
+use floe_filter::FilterCtx;
 use pingora::proxy::Session;
 
 use crate::answer::not_modified_headers;

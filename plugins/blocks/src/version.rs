@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use floe_core::{FilterCtx, OriginError};
+use floe_core::OriginError;
+use floe_filter::FilterCtx;
 
 use crate::filter::BlockFilter;
 use crate::inflight::{wait_for, Claim};

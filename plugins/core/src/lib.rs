@@ -1,5 +1,7 @@
-//! Shared types for Floe's request filters: validated names, S3 errors, the S3 operation a
-//! request is, and the [`RequestFilter`] trait every filter crate implements.
+//! Shared names and wire types of Floe, with no Pingora and no plugin in them: validated names,
+//! S3 errors, the S3 operation a request is, ranges, traces, the origin and fleet seams, and the
+//! control <-> proxy wire contract. The control plane links this alone; the data plane's filter
+//! trait and plugin seam (Pingora types) are in `floe-filter`.
 //!
 //! ```
 //! use floe_core::{BucketName, S3Error, S3ErrorCode};
@@ -16,11 +18,9 @@ pub mod conditions;
 pub mod config;
 pub mod copy_source;
 mod error;
-mod filter;
 pub mod fleet;
 mod op;
 mod origin;
-pub mod plugin;
 pub mod range;
 pub mod recent;
 pub mod spans;
@@ -32,7 +32,6 @@ pub mod versions;
 pub mod wire;
 
 pub use error::{chain, xml_escape, xml_unescape, Cause, S3Error, S3ErrorCode};
-pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 pub use op::{plain_read, response_overrides, version_read, S3Op};
 pub use origin::{ByteStream, Fetched, ObjectHead, OriginError, OriginReader, PartSpan};
 pub use types::{BucketName, ETag, NameError, ObjectKey, RequestId};

@@ -1,5 +1,5 @@
 //! Timed phases of work, exported as trace spans by the proxy's OTLP exporter. A phase of a
-//! request goes in [`crate::FilterCtx::phases`] and becomes a child of the request's span
+//! request goes in `floe_filter::FilterCtx::phases` and becomes a child of the request's span
 //! when the request ends; background work (a propagation, a repair) is handed to [`emit`] and
 //! becomes a span of its own (without an installed sink, `emit` is a load and a return).
 //!

@@ -2,7 +2,7 @@
 //! own, a child of the client's when the client sent a `traceparent`, and every request Floe
 //! makes for it (to the origin, to a peer) carries that span as its parent.
 //!
-//! The request's context travels in [`FilterCtx::trace`](crate::FilterCtx) and, for code that
+//! The request's context travels in `floe_filter::FilterCtx::trace` and, for code that
 //! sees no context (the origin reader, the peer client), in a task-local set by [`scope`]
 //! around the request's stages. A fill that a spawned task makes on behalf of several requests
 //! carries none: it belongs to no single trace.

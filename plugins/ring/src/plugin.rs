@@ -10,11 +10,12 @@ use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::fleet::{
     BlockAsk, Fleet, PeerBody, PeerCall, PeerError, PeerRef, PeerReply, PeerServer, PeerService,
 };
-use floe_core::plugin::{
+use floe_core::{ETag, ObjectHead};
+use floe_filter::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx, Shared,
     StartError,
 };
-use floe_core::{ETag, ObjectHead, RequestFilter};
+use floe_filter::RequestFilter;
 use pingora::services::background::background_service;
 use pingora::services::ServiceWithDependents;
 

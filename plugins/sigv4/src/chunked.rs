@@ -3,7 +3,8 @@
 //! verifier and no chunk decoder.
 
 use bytes::{Bytes, BytesMut};
-use floe_core::{BodyStage, S3Error, S3ErrorCode};
+use floe_core::{S3Error, S3ErrorCode};
+use floe_filter::BodyStage;
 use sha2::{Digest, Sha256};
 
 use crate::auth;

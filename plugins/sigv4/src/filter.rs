@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 use bytes::BytesMut;
-use floe_core::{BodyStage, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op, UpstreamPayload};
+use floe_core::{S3Error, S3ErrorCode, S3Op};
+use floe_filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 

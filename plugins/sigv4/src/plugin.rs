@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
-use floe_core::plugin::{Configured, Plugin, PluginFactory, RouteCx, StartError};
-use floe_core::RequestFilter;
+use floe_filter::plugin::{Configured, Plugin, PluginFactory, RouteCx, StartError};
+use floe_filter::RequestFilter;
 
 use crate::filter::SigV4Filter;
 use crate::verify::Verifier;

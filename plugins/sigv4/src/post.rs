@@ -4,7 +4,8 @@
 //! file's length and the bytes of it already read.
 
 use bytes::{Bytes, BytesMut};
-use floe_core::{FilterCtx, ObjectKey, S3Error, S3ErrorCode, S3Op};
+use floe_core::{ObjectKey, S3Error, S3ErrorCode, S3Op};
+use floe_filter::FilterCtx;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 use bytes::Bytes;
-use floe_core::{BodyStage, S3ErrorCode};
+use floe_core::S3ErrorCode;
+use floe_filter::BodyStage;
 use floe_sigv4::chunked::{ChunkSigning, ChunkedStage};
 use floe_sigv4::{RequestParts, Verifier};
 

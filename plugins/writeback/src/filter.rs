@@ -11,7 +11,8 @@ use floe_core::conditions::{Conditions, Verdict};
 use floe_core::copy_source::CopySource;
 use floe_core::range::{resolve, RangeAsk};
 use floe_core::spans::{Phase, Started};
-use floe_core::{ByteStream, FilterCtx, RequestFilter, S3Error, S3ErrorCode, S3Op};
+use floe_core::{ByteStream, S3Error, S3ErrorCode, S3Op};
+use floe_filter::{FilterCtx, RequestFilter};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 

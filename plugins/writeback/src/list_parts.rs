@@ -1,7 +1,8 @@
 //! ListParts of an upload Floe staged: the parts kept so far, in part-number order, paged by
 //! `part-number-marker` and `max-parts` as S3 pages them.
 
-use floe_core::{xml_escape, FilterCtx, S3Error, S3ErrorCode};
+use floe_core::{xml_escape, S3Error, S3ErrorCode};
+use floe_filter::FilterCtx;
 use pingora::proxy::Session;
 
 use crate::filter::WritebackFilter;

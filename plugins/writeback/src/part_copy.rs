@@ -5,9 +5,8 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::copy_source::CopySource;
-use floe_core::{
-    xml_escape, ByteStream, ETag, FilterCtx, ObjectHead, OriginError, S3Error, S3ErrorCode,
-};
+use floe_core::{xml_escape, ByteStream, ETag, ObjectHead, OriginError, S3Error, S3ErrorCode};
+use floe_filter::FilterCtx;
 use pingora::proxy::Session;
 
 use crate::filter::WritebackFilter;

@@ -10,11 +10,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::fleet::{BlockAsk, Fleet, PeerBody, PeerError, PeerRef, PeerServer};
-use floe_core::plugin::{
+use floe_core::{ETag, ObjectHead, OriginReader};
+use floe_filter::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx,
     StartError,
 };
-use floe_core::{ETag, ObjectHead, OriginReader, RequestFilter};
+use floe_filter::RequestFilter;
 use pingora::services::background::background_service;
 use pingora::services::ServiceWithDependents;
 

@@ -4,7 +4,8 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::{BodyStage, FilterCtx, S3Error, S3ErrorCode};
+use floe_core::{S3Error, S3ErrorCode};
+use floe_filter::{BodyStage, FilterCtx};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 

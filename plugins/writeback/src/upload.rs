@@ -1,7 +1,8 @@
 //! The `writeback` stage's multipart calls (see [`crate::multipart`] for how parts are staged).
 
 use bytes::{Bytes, BytesMut};
-use floe_core::{xml_escape, FilterCtx, S3Error, S3ErrorCode};
+use floe_core::{xml_escape, S3Error, S3ErrorCode};
+use floe_filter::FilterCtx;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 

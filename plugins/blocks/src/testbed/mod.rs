@@ -10,7 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use floe_core::conditions::Conditions;
-use floe_core::{BucketName, FilterCtx, ObjectKey, S3Error, S3Op};
+use floe_core::{BucketName, ObjectKey, S3Error, S3Op};
+use floe_filter::FilterCtx;
 
 use crate::cache::{BlockCache, CacheSettings, Fill};
 use crate::classify::{Rule, Store};

@@ -2,7 +2,8 @@
 //! property test of ranged reads over any cached state.
 
 use bytes::Bytes;
-use floe_core::{RequestFilter, S3Op};
+use floe_core::S3Op;
+use floe_filter::RequestFilter;
 use proptest::prelude::*;
 
 use super::{ctx, pattern, Bed, BS};

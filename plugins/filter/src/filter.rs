@@ -7,7 +7,7 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::upstreams::peer::HttpPeer;
 
-use crate::{BucketName, ObjectKey, RequestId, S3Error, S3Op};
+use floe_core::{BucketName, ObjectKey, RequestId, S3Error, S3Op};
 
 /// How the proxy signs the body it forwards to the origin.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -77,10 +77,10 @@ pub struct FilterCtx {
     pub answered_by: Option<&'static str>,
     /// Timed phases of the request, exported as its span's children (empty, and
     /// allocation-free, unless a stage records one).
-    pub phases: Vec<crate::spans::Phase>,
+    pub phases: Vec<floe_core::spans::Phase>,
     /// This request's span in its trace (set when OTLP export is on or the client sent a
     /// `traceparent`); the requests Floe makes for it name it as their parent.
-    pub trace: Option<crate::trace::TraceParent>,
+    pub trace: Option<floe_core::trace::TraceParent>,
     /// Per-request state of the stages, one value per type (a stage keys it by a type of its
     /// own). Empty, and allocation-free, for stages that keep none.
     pub ext: http::Extensions,

@@ -12,8 +12,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use floe_core::config::{ConfigCx, ConfigError};
-//! use floe_core::plugin::{Configured, Plugin, PluginFactory, RouteCx, StartError};
-//! use floe_core::RequestFilter;
+//! use floe_filter::plugin::{Configured, Plugin, PluginFactory, RouteCx, StartError};
+//! use floe_filter::RequestFilter;
 //!
 //! struct Noop;
 //! impl RequestFilter for Noop {
@@ -51,8 +51,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::config::{ConfigCx, ConfigError};
-use crate::{BucketName, OriginReader, RequestFilter, S3Op};
+use crate::RequestFilter;
+use floe_core::config::{ConfigCx, ConfigError};
+use floe_core::{BucketName, OriginReader, S3Op};
 
 /// Why a plugin could not start or build a stage.
 pub type StartError = Box<dyn std::error::Error + Send + Sync>;
@@ -201,7 +202,7 @@ impl AdminResponse {
         }
     }
 
-    /// A wire document (see [`crate::wire`]) as JSON.
+    /// A wire document (see `floe_core::wire`) as JSON.
     pub fn doc<T: serde::Serialize>(status: u16, doc: &T) -> Self {
         match serde_json::to_value(doc) {
             Ok(v) => Self::json(status, v),
@@ -209,7 +210,7 @@ impl AdminResponse {
         }
     }
 
-    /// A JSON `{"error": ...}` answer (a [`crate::wire::ErrorDoc`]).
+    /// A JSON `{"error": ...}` answer (a [`floe_core::wire::ErrorDoc`]).
     pub fn error(status: u16, message: impl std::fmt::Display) -> Self {
         Self::json(status, serde_json::json!({ "error": message.to_string() }))
     }
