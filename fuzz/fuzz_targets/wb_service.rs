@@ -1,4 +1,5 @@
-//! Write-back's side of the peer API (`floe_writeback::service::Store::answer`, the calls of
+//! Write-back's side of the peer API (`floe_writeback::service::Store::answer`, after
+//! `floe_writeback::wire::Call::parse`, which must encode back to what it decoded; the calls of
 //! `/v1/x/wb/...` after the fleet's HMAC checked them): any method, path, query and body is
 //! answered without a panic, with a status a peer acts on, and a fragment read answers exactly
 //! the bytes it asked for or an error. Input: a method byte, a path length byte, the path, the
@@ -10,6 +11,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use floe_core::fleet::PeerCall;
 use floe_writeback::fragments::Fragments;
+use floe_writeback::wire::Call;
 use floe_writeback::journal::Journal;
 use floe_writeback::service::Store;
 use libfuzzer_sys::fuzz_target;
@@ -43,6 +45,10 @@ fuzz_target!(|data: &[u8]| {
         path: path.to_owned(),
         body: Bytes::copy_from_slice(body),
     };
+    // The typed call a path decodes to encodes back to a path that decodes to it again.
+    if let Ok(typed) = Call::parse(call.method, &call.path) {
+        assert_eq!(Call::parse(typed.method(), &typed.path()), Ok(typed.clone()), "{}", call.path);
+    }
     let reply = store().answer(&call);
     assert!(
         matches!(reply.status, 200 | 400 | 404 | 409 | 410 | 416 | 500 | 507),

@@ -13,31 +13,25 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::fleet::{PeerCall, PeerReply};
+use floe_core::fleet::PeerReply;
 
 use crate::id::ObjectId;
 use crate::journal::Record;
 use crate::node::Node;
+use crate::wire::Call;
 
 /// How long catch-up waits for one peer's journal and tombstones.
 const CATCH_UP_ASK: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Node {
-    /// Answers `GET /journals`: every journal record kept here (`None` for other calls).
-    pub(crate) async fn serve_journals(
-        self: &Arc<Self>,
-        method: &str,
-        path: &str,
-    ) -> Option<PeerReply> {
-        if (method, path) != ("GET", "/journals") {
-            return None;
-        }
+    /// Answers `Call::Journals`: every journal record kept here.
+    pub(crate) async fn serve_journals(self: &Arc<Self>) -> PeerReply {
         let store = self.store.clone();
         let records = tokio::task::spawn_blocking(move || store.journal.replay())
             .await
             .ok()
             .and_then(Result::ok);
-        Some(match records.and_then(|r| serde_json::to_vec(&r).ok()) {
+        match records.and_then(|r| serde_json::to_vec(&r).ok()) {
             Some(doc) => PeerReply {
                 status: 200,
                 body: Bytes::from(doc),
@@ -46,7 +40,7 @@ impl Node {
                 status: 500,
                 body: Bytes::from_static(b"journal unreadable"),
             },
-        })
+        }
     }
 
     /// Pulls and keeps every active peer's records, then indexes them with the replayed
@@ -64,8 +58,8 @@ impl Node {
             let me = self.clone();
             asks.spawn(async move {
                 let ask = async {
-                    let freed = me.ask(&peer, "GET", "/freed".into()).await.ok()?;
-                    let journals = me.ask(&peer, "GET", "/journals".into()).await.ok()?;
+                    let freed = me.ask(&peer, Call::Freed).await.ok()?;
+                    let journals = me.ask(&peer, Call::Journals).await.ok()?;
                     (journals.status == 200).then_some(())?;
                     // A peer that keeps no tombstones yet (an older version) has none to give.
                     let freed = match freed.status {
@@ -153,11 +147,7 @@ impl Node {
         {
             let (me, id) = (self.clone(), r.id);
             asks.spawn(async move {
-                let call = PeerCall {
-                    method: "GET",
-                    path: format!("/journal?id={id}"),
-                    body: Bytes::new(),
-                };
+                let call = Call::HasJournal { id }.peer_call();
                 let answer = me
                     .call_within(&peer, call, crate::node::FREED_CHECK_WAIT)
                     .await;
@@ -220,7 +210,6 @@ mod tests {
     use crate::fragments::Fragments;
     use crate::journal::Journal;
     use crate::service::Store;
-    use floe_core::fleet::PeerCall;
     use std::time::Duration;
 
     fn node(fleet: Arc<dyn floe_core::fleet::Fleet>) -> (tempfile::TempDir, Arc<Node>) {
@@ -275,22 +264,21 @@ mod tests {
         let r = Arc::new(crate::journal::sample("t/a.parquet", 10, "\"e\"", 1));
         node.store.journal.keep(&r).unwrap();
         assert!(node.index(r.clone()));
-        let call = |method, path: String| PeerCall {
-            method,
-            path,
-            body: Bytes::new(),
+        let free = Call::FreeFragments {
+            id: r.id,
+            idx: vec![0],
         };
-        let dropped = node
-            .serve(call("DELETE", format!("/frag?id={}&idx=0", r.id)))
-            .await;
+        let dropped = node.serve(free.peer_call()).await;
         assert_eq!(dropped.status, 200);
         assert!(
             node.current(&r),
             "a repair's fragment removal is not a free"
         );
-        let freed = node
-            .serve(call("DELETE", format!("/obj?id={}", r.id)))
-            .await;
+        let write = Call::FreeWrite {
+            id: r.id,
+            at_origin: false,
+        };
+        let freed = node.serve(write.peer_call()).await;
         assert_eq!(freed.status, 200);
         assert!(!node.current(&r));
     }

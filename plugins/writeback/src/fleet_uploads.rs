@@ -15,13 +15,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::fleet::{PeerCall, PeerReply};
+use floe_core::fleet::PeerReply;
 use floe_core::{S3Error, S3ErrorCode};
 use serde::{Deserialize, Serialize};
 
 use crate::journal::Record;
 use crate::multipart::Upload;
 use crate::node::Node;
+use crate::wire::Call;
 
 /// An upload as a node knows it, on the wire.
 #[derive(Serialize, Deserialize)]
@@ -59,40 +60,42 @@ fn no_such_upload() -> S3Error {
 }
 
 impl Node {
-    /// Answers `GET /upload?id=` and `DELETE /upload?id=`; `None` for other calls.
-    pub(crate) async fn serve_upload(self: &Arc<Self>, call: &PeerCall) -> Option<PeerReply> {
-        let id = call.path.strip_prefix("/upload?id=")?;
+    /// Answers `Call::Upload`: this node's view of upload `id`.
+    pub(crate) async fn serve_upload(self: &Arc<Self>, id: &str) -> PeerReply {
         let reply = |status, body: Vec<u8>| PeerReply {
             status,
             body: Bytes::from(body),
         };
-        Some(match call.method {
-            "DELETE" => {
-                self.forget_here(id).await;
-                reply(200, Vec::new())
+        match self.uploads.get(id) {
+            Some(up) => {
+                let parts = up.parts.iter().map(|(n, r)| (*n, (**r).clone())).collect();
+                let doc = UploadDoc {
+                    bucket: up.bucket,
+                    key: up.key,
+                    headers: up.headers,
+                    parts,
+                    started_ms: up.started_ms,
+                };
+                reply(200, serde_json::to_vec(&doc).unwrap_or_default())
             }
-            _ => match self.uploads.get(id) {
-                Some(up) => {
-                    let parts = up.parts.iter().map(|(n, r)| (*n, (**r).clone())).collect();
-                    let doc = UploadDoc {
-                        bucket: up.bucket,
-                        key: up.key,
-                        headers: up.headers,
-                        parts,
-                        started_ms: up.started_ms,
-                    };
-                    reply(200, serde_json::to_vec(&doc).unwrap_or_default())
-                }
-                None => reply(404, b"no such upload".to_vec()),
-            },
-        })
+            None => reply(404, b"no such upload".to_vec()),
+        }
+    }
+
+    /// Answers `Call::DropUpload`: forgets upload `id` here.
+    pub(crate) async fn serve_drop_upload(self: &Arc<Self>, id: &str) -> PeerReply {
+        self.forget_here(id).await;
+        PeerReply {
+            status: 200,
+            body: Bytes::new(),
+        }
     }
 
     /// Every other active node's view of upload `id`.
     async fn peer_docs(self: &Arc<Self>, id: &str) -> Vec<UploadDoc> {
         let mut docs = Vec::new();
         for peer in self.others() {
-            if let Ok(r) = self.ask(&peer, "GET", format!("/upload?id={id}")).await {
+            if let Ok(r) = self.ask(&peer, Call::Upload { id: id.to_owned() }).await {
                 if let Ok(doc) = serde_json::from_slice::<UploadDoc>(&r.body) {
                     docs.push(doc);
                 }
@@ -144,7 +147,9 @@ impl Node {
     pub async fn forget_upload(self: &Arc<Self>, id: &str) {
         self.forget_here(id).await;
         for peer in self.others() {
-            let _ = self.ask(&peer, "DELETE", format!("/upload?id={id}")).await;
+            let _ = self
+                .ask(&peer, Call::DropUpload { id: id.to_owned() })
+                .await;
         }
     }
 
@@ -154,12 +159,10 @@ impl Node {
         let _ = tokio::task::spawn_blocking(move || me.uploads.take(&id)).await;
     }
 
-    /// `GET /journal?id=` of a part of an upload in progress here: 200, as for a journaled
+    /// `Call::HasJournal` of a part of an upload in progress here: 200, as for a journaled
     /// write (its fragments are not orphans); `None` otherwise (the store answers).
-    pub(crate) fn serve_held_part(&self, call: &PeerCall) -> Option<PeerReply> {
-        let id = call.path.strip_prefix("/journal?id=")?;
-        let id = crate::id::ObjectId::parse(id)?;
-        (call.method == "GET" && self.uploads.holds(&id)).then(|| PeerReply {
+    pub(crate) fn serve_held_part(&self, id: &crate::id::ObjectId) -> Option<PeerReply> {
+        self.uploads.holds(id).then(|| PeerReply {
             status: 200,
             body: Bytes::new(),
         })

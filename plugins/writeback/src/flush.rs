@@ -13,20 +13,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floe_core::fleet::{PeerCall, PeerReply};
+use floe_core::fleet::PeerReply;
 use floe_core::{S3Error, S3ErrorCode};
 
 use crate::id::ObjectId;
 use crate::journal::Record;
 use crate::node::Node;
 use crate::propagate::{at_origin, origin_of, upload};
+use crate::wire::Call;
 
 /// A flush under way on this node.
 pub type Flushing<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
 
-/// The path of the ask.
-const FLUSH_PATH: &str = "/flush?id=";
 /// The longest a flush asked of another node is waited for (its upload included).
 pub const FLUSH_WAIT: Duration = Duration::from_secs(60);
 
@@ -38,11 +37,7 @@ impl Node {
         let asked = match self.propagator_of(r).filter(|_| !here) {
             None => None,
             Some(peer) => {
-                let call = PeerCall {
-                    method: "POST",
-                    path: format!("{FLUSH_PATH}{}", r.id),
-                    body: Bytes::new(),
-                };
+                let call = Call::Flush { id: r.id }.peer_call();
                 Some(self.call_within(&peer, call, FLUSH_WAIT).await)
             }
         };
@@ -104,27 +99,19 @@ impl Node {
             .find_map(|p| self.fleet.member(&p.node))
     }
 
-    /// Answers `POST /flush?id=I` (`None` for other calls): 204 once the write is at the
-    /// origin (or no longer staged), 404 when this node does not index it, 503 when the
-    /// origin did not take it.
-    pub(crate) async fn serve_flush(self: &Arc<Self>, call: &PeerCall) -> Option<PeerReply> {
-        let id = call.path.strip_prefix(FLUSH_PATH)?;
-        if call.method != "POST" {
-            return None;
-        }
+    /// Answers `Call::Flush`: 204 once the write is at the origin (or no longer staged), 404
+    /// when this node does not index it, 503 when the origin did not take it.
+    pub(crate) async fn serve_flush(self: &Arc<Self>, id: &ObjectId) -> PeerReply {
         let reply = |status: u16, body: String| PeerReply {
             status,
             body: Bytes::from(body),
         };
-        let Some(id) = ObjectId::parse(id) else {
-            return Some(reply(400, format!("bad id {id}")));
+        let Some(r) = self.all_dirty().into_iter().find(|r| r.id == *id) else {
+            return reply(404, format!("{id} is not staged here"));
         };
-        let Some(r) = self.all_dirty().into_iter().find(|r| r.id == id) else {
-            return Some(reply(404, format!("{id} is not staged here")));
-        };
-        Some(match self.flush_here(&r).await {
+        match self.flush_here(&r).await {
             Ok(()) => reply(204, String::new()),
             Err(e) => reply(503, e),
-        })
+        }
     }
 }

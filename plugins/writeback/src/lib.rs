@@ -40,3 +40,4 @@ mod testbed;
 pub mod upload;
 pub mod upload_files;
 pub mod uploading;
+pub mod wire;

@@ -8,12 +8,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::fleet::{PeerCall, PeerReply};
+use floe_core::fleet::PeerReply;
 use floe_core::xml_escape;
 use serde::{Deserialize, Serialize};
 
 use crate::list::{ListAsk, Page};
 use crate::node::Node;
+use crate::wire::Call;
 
 /// An upload in progress, as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,8 +57,10 @@ impl Node {
     pub async fn open_uploads(self: &Arc<Self>, bucket: &str) -> Vec<OpenUpload> {
         let mut all = self.open_here(bucket);
         for peer in self.others() {
-            let path = format!("/uploads?bucket={bucket}");
-            if let Ok(r) = self.ask(&peer, "GET", path).await {
+            let call = Call::Uploads {
+                bucket: bucket.to_owned(),
+            };
+            if let Ok(r) = self.ask(&peer, call).await {
                 if let Ok(theirs) = serde_json::from_slice::<Vec<OpenUpload>>(&r.body) {
                     all.extend(theirs);
                 }
@@ -80,14 +83,13 @@ impl Node {
             .collect()
     }
 
-    /// Answers `GET /uploads?bucket=`: the uploads of the bucket this node knows.
-    pub(crate) fn serve_open_uploads(&self, call: &PeerCall) -> Option<PeerReply> {
-        let bucket = call.path.strip_prefix("/uploads?bucket=")?;
+    /// Answers `Call::Uploads`: the uploads of `bucket` this node knows.
+    pub(crate) fn serve_open_uploads(&self, bucket: &str) -> PeerReply {
         let body = serde_json::to_vec(&self.open_here(bucket)).unwrap_or_default();
-        Some(PeerReply {
+        PeerReply {
             status: 200,
             body: Bytes::from(body),
-        })
+        }
     }
 }
 

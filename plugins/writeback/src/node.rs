@@ -15,9 +15,7 @@ use tokio::sync::Notify;
 
 use crate::journal::{Placement, Record};
 use crate::service::{Store, SERVICE};
-
-/// Marks a `DELETE /obj` of a write freed because the origin holds it.
-const AT_ORIGIN: &str = "&at_origin=1";
+use crate::wire::Call;
 
 /// How many times a journal copy or a free is sent to a live member before it is given up
 /// (a member that misses one serves what the fleet moved past until it catches up).
@@ -154,18 +152,8 @@ impl Node {
     }
 
     /// `GET`/`DELETE` `path` on `peer`'s store.
-    pub async fn ask(
-        self: &Arc<Self>,
-        peer: &PeerRef,
-        method: &'static str,
-        path: String,
-    ) -> Result<PeerReply, PeerError> {
-        let call = PeerCall {
-            method,
-            path,
-            body: bytes::Bytes::new(),
-        };
-        self.call(peer, call).await
+    pub async fn ask(self: &Arc<Self>, peer: &PeerRef, call: Call) -> Result<PeerReply, PeerError> {
+        self.call(peer, call.peer_call()).await
     }
 
     /// Sends `call` to the store of `peer` (this node's own without the network).
@@ -183,71 +171,79 @@ impl Node {
     /// Answers a call to this node's store: a journal copy is indexed (this node then serves
     /// reads of its key), a freed write unindexed.
     pub async fn serve(self: &Arc<Self>, call: PeerCall) -> PeerReply {
-        if let Some(reply) = self.serve_upload(&call).await {
-            return reply;
-        }
-        if let Some(reply) = self.serve_flush(&call).await {
-            return reply;
-        }
-        if let Some(reply) = self.serve_journals(call.method, &call.path).await {
-            return reply;
-        }
-        if let Some(reply) = self
-            .serve_held_part(&call)
-            .or_else(|| self.serve_open_uploads(&call))
-        {
-            return reply;
+        let parsed = match Call::parse(call.method, &call.path) {
+            Ok(c) => c,
+            Err(e) => {
+                return PeerReply {
+                    status: 400,
+                    body: e.to_string().into(),
+                }
+            }
+        };
+        match &parsed {
+            Call::Upload { id } => return self.serve_upload(id).await,
+            Call::DropUpload { id } => return self.serve_drop_upload(id).await,
+            Call::Uploads { bucket } => return self.serve_open_uploads(bucket),
+            Call::Flush { id } => return self.serve_flush(id).await,
+            Call::Journals => return self.serve_journals().await,
+            Call::HasJournal { id } => {
+                if let Some(reply) = self.serve_held_part(id) {
+                    return reply;
+                }
+            }
+            _ => {}
         }
         // A write freed because another overtook or deleted it: an upload of it under way
         // here ends first, so none lands at the origin after the write that follows.
         // (A write freed because the origin holds it takes no lock: its uploader frees it
         // while holding its own, and two uploaders of one key would wait on each other.)
-        let _held = match self.superseded_here(&call) {
+        let _held = match self.superseded_here(&parsed) {
             Some((bucket, key)) => Some(self.uploading.lock(&bucket, &key).await),
             None => None,
         };
         let store = self.store.clone();
-        let (method, path) = (call.method, call.path.clone());
-        let copy = (method == "PUT" && path == "/journal")
+        let copy = matches!(parsed, Call::KeepJournal)
             .then(|| serde_json::from_slice::<Record>(&call.body).ok())
             .flatten();
-        let reply = match tokio::task::spawn_blocking(move || store.answer(&call)).await {
-            Ok(r) => r,
-            Err(e) => PeerReply {
-                status: 500,
-                body: e.to_string().into(),
-            },
+        let freed = match parsed {
+            Call::FreeWrite { id, at_origin } => Some((id, at_origin)),
+            _ => None,
         };
+        let body = call.body;
+        let reply =
+            match tokio::task::spawn_blocking(move || store.answer_call(&parsed, &body)).await {
+                Ok(r) => r,
+                Err(e) => PeerReply {
+                    status: 500,
+                    body: e.to_string().into(),
+                },
+            };
         if reply.status == 200 {
             if let Some(r) = copy {
                 self.index(Arc::new(r));
-            } else if method == "DELETE" && path.starts_with("/obj?") {
+            } else if let Some((id, at_origin)) = freed {
                 // Only a freed write leaves the index (a repair dropping one fragment with
-                // `DELETE /frag` does not free the write).
-                let id = path
-                    .split("id=")
-                    .nth(1)
-                    .map(|s| s.split('&').next().unwrap_or(s));
-                if let Some(id) = id.and_then(crate::id::ObjectId::parse) {
-                    self.unindex_id(&id, path.ends_with(AT_ORIGIN));
-                }
+                // `FreeFragments` does not free the write).
+                self.unindex_id(&id, at_origin);
             }
         }
         reply
     }
 
-    /// The bucket and key of the write a `DELETE /obj?id=I` frees because it was overtaken
-    /// (not because the origin holds it), when this node indexes it or is uploading it (a
-    /// newer write's copy may have displaced it from the index while its upload runs).
-    fn superseded_here(&self, call: &PeerCall) -> Option<(String, String)> {
-        let id = call.path.strip_prefix("/obj?id=")?;
-        if call.method != "DELETE" || id.ends_with(AT_ORIGIN) {
+    /// The bucket and key of the write a `FreeWrite` frees because it was overtaken (not
+    /// because the origin holds it), when this node indexes it or is uploading it (a newer
+    /// write's copy may have displaced it from the index while its upload runs).
+    fn superseded_here(&self, call: &Call) -> Option<(String, String)> {
+        let Call::FreeWrite {
+            id,
+            at_origin: false,
+        } = call
+        else {
             return None;
-        }
-        let id = crate::id::ObjectId::parse(id)?;
-        match self.all_dirty().into_iter().find(|r| r.id == id) {
+        };
+        match self.all_dirty().into_iter().find(|r| r.id == *id) {
             Some(r) => Some((r.bucket.clone(), r.key.clone())),
-            None => self.uploading.key_of(&id),
+            None => self.uploading.key_of(id),
         }
     }
 
@@ -538,7 +534,6 @@ impl Node {
 
     async fn free_as(self: &Arc<Self>, r: &Record, at_origin: bool) {
         let mut set = tokio::task::JoinSet::new();
-        let flag = if at_origin { AT_ORIGIN } else { "" };
         for (peer, wait) in self
             .holders(r)
             .into_iter()
@@ -546,11 +541,7 @@ impl Node {
         {
             let (me, id) = (self.clone(), r.id);
             set.spawn(async move {
-                let call = PeerCall {
-                    method: "DELETE",
-                    path: format!("/obj?id={id}{flag}"),
-                    body: bytes::Bytes::new(),
-                };
+                let call = Call::FreeWrite { id, at_origin }.peer_call();
                 if let Err(e) = me.deliver(&peer, call, wait).await {
                     tracing::info!(%id, node = %peer.id, error = %e, "freeing a fragment failed");
                 }

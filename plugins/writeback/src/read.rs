@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::fleet::PeerCall;
 use floe_core::{ByteStream, OriginError};
 use tokio::task::JoinSet;
 
 use crate::codec;
 use crate::journal::Record;
 use crate::node::Node;
+use crate::wire::Call;
 
 impl Node {
     /// One shard (with its CRC) of stripe `j` of `r`, from fragment `index`; `None` when its
@@ -20,16 +20,13 @@ impl Node {
     async fn shard(self: &Arc<Self>, r: &Record, index: u8, j: u64) -> Option<Bytes> {
         let p = r.placements.iter().find(|p| p.index == index)?;
         let g = &r.geometry;
-        let call = PeerCall {
-            method: "GET",
-            path: format!(
-                "/frag?id={}&idx={index}&off={}&len={}",
-                r.id,
-                g.shard_offset(j),
-                g.shard_len(j) + 4
-            ),
-            body: Bytes::new(),
-        };
+        let call = Call::ReadFragment {
+            id: r.id,
+            idx: index,
+            off: g.shard_offset(j),
+            len: g.shard_len(j) + 4,
+        }
+        .peer_call();
         match self.call(&self.peer_of(p), call).await {
             Ok(reply) if reply.status == 200 => Some(reply.body),
             _ => None,

@@ -19,6 +19,7 @@ use crate::codec::{self, Encoder};
 use crate::journal::{Placement, Record};
 use crate::node::Node;
 use crate::propagate::origin_of;
+use crate::wire::Call;
 
 /// What repair and scrub did (shown by `GET /writeback`).
 #[derive(Debug, Default)]
@@ -143,18 +144,13 @@ impl Node {
                 } else {
                     shard
                 };
-                let path = format!("/frag?id={}&idx={i}&len={len}&off={}", r.id, offs[n]);
-                let reply = self
-                    .call(
-                        t,
-                        PeerCall {
-                            method: "PUT",
-                            path,
-                            body: piece.clone(),
-                        },
-                    )
-                    .await
-                    .ok()?;
+                let put = Call::PutFragment {
+                    id: r.id,
+                    idx: *i,
+                    len,
+                    off: offs[n],
+                };
+                let reply = self.call(t, put.with_body(piece.clone())).await.ok()?;
                 if reply.status != 200 {
                     return None;
                 }
@@ -163,34 +159,20 @@ impl Node {
         }
         if g.stripes() == 0 {
             for (i, t) in &targets {
-                let path = format!("/frag?id={}&idx={i}&len={len}&off=0", r.id);
+                let put = Call::PutFragment {
+                    id: r.id,
+                    idx: *i,
+                    len,
+                    off: 0,
+                };
                 let body = codec::header(&g, *i, r.id.bytes());
-                self.call(
-                    t,
-                    PeerCall {
-                        method: "PUT",
-                        path,
-                        body,
-                    },
-                )
-                .await
-                .ok()?;
+                self.call(t, put.with_body(body)).await.ok()?;
             }
         }
         let mut next = (**r).clone();
         for (i, t) in &targets {
-            let path = format!("/commit?id={}&idx={i}", r.id);
-            let reply = self
-                .call(
-                    t,
-                    PeerCall {
-                        method: "POST",
-                        path,
-                        body: Bytes::new(),
-                    },
-                )
-                .await
-                .ok()?;
+            let commit = Call::CommitFragment { id: r.id, idx: *i };
+            let reply = self.call(t, commit.peer_call()).await.ok()?;
             if reply.status == 200 {
                 next.placements.retain(|p| p.index != *i);
                 next.placements.push(Placement {
@@ -210,16 +192,13 @@ impl Node {
         let Some(p) = r.placements.iter().find(|p| p.index == index) else {
             return Check::Bad;
         };
-        let path = format!(
-            "/frag?id={}&idx={index}&off=0&len={}",
-            r.id,
-            codec::HEADER_LEN
-        );
-        let call = PeerCall {
-            method: "GET",
-            path,
-            body: Bytes::new(),
-        };
+        let call = Call::ReadFragment {
+            id: r.id,
+            idx: index,
+            off: 0,
+            len: codec::HEADER_LEN as u64,
+        }
+        .peer_call();
         let reply = match self.call(&self.peer_of(p), call).await {
             Ok(reply) if reply.status < 500 => reply,
             _ => return Check::Unknown,
@@ -243,23 +222,13 @@ impl Node {
         let p = r.placements.iter().find(|p| p.index == index);
         let p = p.ok_or(Check::Bad)?;
         let g = &r.geometry;
-        let path = format!(
-            "/frag?id={}&idx={index}&off={}&len={}",
-            r.id,
-            g.shard_offset(j),
-            g.shard_len(j) + 4
-        );
-        match self
-            .call(
-                &self.peer_of(p),
-                PeerCall {
-                    method: "GET",
-                    path,
-                    body: Bytes::new(),
-                },
-            )
-            .await
-        {
+        let read = Call::ReadFragment {
+            id: r.id,
+            idx: index,
+            off: g.shard_offset(j),
+            len: g.shard_len(j) + 4,
+        };
+        match self.call(&self.peer_of(p), read.peer_call()).await {
             Ok(reply) if reply.status == 200 => Ok(reply.body),
             Ok(reply) if reply.status < 500 => Err(Check::Bad),
             _ => Err(Check::Unknown),
@@ -280,12 +249,11 @@ enum Check {
 
 /// Frees the fragments of `r` with indices in `bad` that a node may still hold.
 fn drop_call(r: &Record, bad: &BTreeSet<u8>) -> PeerCall {
-    let idx: Vec<String> = bad.iter().map(u8::to_string).collect();
-    PeerCall {
-        method: "DELETE",
-        path: format!("/frag?id={}&idx={}", r.id, idx.join(",")),
-        body: Bytes::new(),
+    Call::FreeFragments {
+        id: r.id,
+        idx: bad.iter().copied().collect(),
     }
+    .peer_call()
 }
 
 /// How often a copy of another node's record is checked against its coordinator.
@@ -327,11 +295,7 @@ impl Repairer {
             let Some(owner) = self.node.fleet.member(&r.coordinator) else {
                 continue;
             };
-            let call = PeerCall {
-                method: "GET",
-                path: format!("/journal?id={}", r.id),
-                body: Bytes::new(),
-            };
+            let call = Call::HasJournal { id: r.id }.peer_call();
             let status = self.node.call(&owner, call).await.map_or(0, |r| r.status);
             if status == 410 {
                 // Freed by its coordinator (propagated, overtaken or deleted) while this node
@@ -364,11 +328,7 @@ impl Repairer {
             } else if let Ok(doc) = serde_json::to_vec(&*r) {
                 // The coordinator lost it (its disk): it gets the record back, and propagates.
                 tracing::warn!(id = %r.id, coordinator = %r.coordinator, "giving a coordinator back its lost record");
-                let call = PeerCall {
-                    method: "PUT",
-                    path: "/journal".into(),
-                    body: Bytes::from(doc),
-                };
+                let call = Call::KeepJournal.with_body(Bytes::from(doc));
                 let _ = self.node.call(&owner, call).await;
             }
         }

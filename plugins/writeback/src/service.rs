@@ -1,16 +1,15 @@
-//! This node's side of write-back on the peer API (`/v1/x/wb/...`), the same for a call from
-//! another node and from this node's own coordinator:
+//! This node's fragment store and journal on the peer API (`/v1/x/wb/...`), the same for a
+//! call from another node and from this node's own coordinator. The calls are
+//! [`crate::wire::Call`]s:
 //!
-//! - `PUT /frag?id=I&idx=N&len=L&off=O` writes the body at `O` in fragment `N` of `I`
-//!   (announced `L` bytes long; the first piece to arrive reserves them, 507 over the
-//!   ceiling; pieces come in any order, 409 for one repeated or overlapping);
-//! - `POST /commit?id=I&idx=N` fsyncs it into place and answers 200 with this node's id: the
-//!   durability report;
-//! - `GET /frag?id=I&idx=N&off=O&len=L` reads it; `DELETE /frag?id=I&idx=N,M` frees those
-//!   fragments (a repair replacing them); `DELETE /obj?id=I` frees every fragment and journal
-//!   copy of `I` kept here;
-//! - `PUT /journal` keeps a copy of a coordinator's journal record; `GET /journal?id=I`
-//!   answers 200 while a record of `I` is kept here, else 404.
+//! - `PutFragment` writes a piece of a fragment (the first piece to arrive reserves its
+//!   announced length, 507 over the ceiling; pieces come in any order, 409 for one repeated or
+//!   overlapping); `CommitFragment` fsyncs it into place and answers 200 with this node's id:
+//!   the durability report;
+//! - `ReadFragment` reads it; `FreeFragments` frees some fragments (a repair replacing them);
+//!   `FreeWrite` frees every fragment and journal copy of a write kept here;
+//! - `KeepJournal` keeps a copy of a coordinator's journal record; `HasJournal` answers 200
+//!   while a record is kept here, 410 once freed, else 404; `Freed` lists the freed ids.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +20,7 @@ use floe_core::fleet::{PeerCall, PeerReply};
 use crate::fragments::{FragmentWriter, Fragments};
 use crate::id::ObjectId;
 use crate::journal::{Journal, Record};
+use crate::wire::Call;
 
 /// The service's name on the peer API.
 pub const SERVICE: &str = "wb";
@@ -43,12 +43,6 @@ fn reply(status: u16, body: impl Into<Bytes>) -> PeerReply {
     }
 }
 
-fn params(path: &str) -> (&str, HashMap<&str, &str>) {
-    let (p, q) = path.split_once('?').unwrap_or((path, ""));
-    let q = q.split('&').filter_map(|kv| kv.split_once('=')).collect();
-    (p, q)
-}
-
 impl Store {
     /// A store over `fragments` and `journal`.
     pub fn new(node: Arc<str>, fragments: Fragments, journal: Journal) -> Self {
@@ -60,58 +54,57 @@ impl Store {
         }
     }
 
-    /// Answers one call (blocking file I/O: run it on a blocking thread).
+    /// Answers one peer call (blocking file I/O: run it on a blocking thread).
     pub fn answer(&self, call: &PeerCall) -> PeerReply {
-        let (path, q) = params(&call.path);
-        let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
-        let id = q.get("id").and_then(|v| ObjectId::parse(v));
-        let idx = num("idx").and_then(|i| u8::try_from(i).ok());
-        match (call.method, path, id, idx) {
-            ("PUT", "/frag", Some(id), Some(idx)) => match (num("len"), num("off")) {
-                (Some(len), Some(off)) => self.append(id, idx, len, off, &call.body),
-                _ => reply(400, "len and off"),
-            },
-            ("POST", "/commit", Some(id), Some(idx)) => self.commit(id, idx),
-            ("GET", "/frag", Some(id), Some(idx)) => match (num("off"), num("len")) {
-                (Some(off), Some(len)) => match self.fragments.read(&id, idx, off, len) {
-                    Ok(b) if b.len() as u64 == len => reply(200, b),
+        match Call::parse(call.method, &call.path) {
+            Ok(c) => self.answer_call(&c, &call.body),
+            Err(e) => reply(400, e.to_string()),
+        }
+    }
+
+    /// Answers one decoded call whose body is `body` (blocking file I/O).
+    pub fn answer_call(&self, call: &Call, body: &[u8]) -> PeerReply {
+        match call {
+            Call::PutFragment { id, idx, len, off } => self.append(*id, *idx, *len, *off, body),
+            Call::CommitFragment { id, idx } => self.commit(*id, *idx),
+            Call::ReadFragment { id, idx, off, len } => {
+                match self.fragments.read(id, *idx, *off, *len) {
+                    Ok(b) if b.len() as u64 == *len => reply(200, b),
                     Ok(_) => reply(416, "short fragment"),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         reply(404, "no such fragment")
                     }
                     Err(e) => reply(500, e.to_string()),
-                },
-                _ => reply(400, "off and len"),
-            },
-            ("DELETE", "/frag", Some(id), _) => {
-                let list = q.get("idx").copied().unwrap_or("");
-                for i in list.split(',').filter_map(|i| i.parse::<u8>().ok()) {
+                }
+            }
+            Call::FreeFragments { id, idx } => {
+                for i in idx {
                     if let Ok(mut r) = self.receiving.lock() {
-                        r.remove(&(id, i));
+                        r.remove(&(*id, *i));
                     }
-                    if let Err(e) = self.fragments.remove(&id, i) {
+                    if let Err(e) = self.fragments.remove(id, *i) {
                         return reply(500, e.to_string());
                     }
                 }
                 reply(200, "")
             }
-            ("DELETE", "/obj", Some(id), _) => match self.forget(&id) {
+            Call::FreeWrite { id, .. } => match self.forget(id) {
                 Ok(()) => reply(200, ""),
                 Err(e) => reply(500, e.to_string()),
             },
-            ("GET", "/journal", Some(id), _) => match self.journal.has(&id) {
+            Call::HasJournal { id } => match self.journal.has(id) {
                 true => reply(200, ""),
-                false if self.journal.is_freed(&id) => reply(410, "freed"),
+                false if self.journal.is_freed(id) => reply(410, "freed"),
                 false => reply(404, "no such record"),
             },
-            ("GET", "/freed", _, _) => match self.journal.freed() {
+            Call::Freed => match self.journal.freed() {
                 Ok(ids) => match serde_json::to_vec(&ids) {
                     Ok(doc) => reply(200, doc),
                     Err(e) => reply(500, e.to_string()),
                 },
                 Err(e) => reply(500, e.to_string()),
             },
-            ("PUT", "/journal", _, _) => match serde_json::from_slice::<Record>(&call.body) {
+            Call::KeepJournal => match serde_json::from_slice::<Record>(body) {
                 // A write freed here is never kept again (a copy handed back late).
                 Ok(r) if self.journal.is_freed(&r.id) => reply(410, "freed"),
                 Ok(r) => match self.journal.keep(&r) {
@@ -120,7 +113,11 @@ impl Store {
                 },
                 Err(e) => reply(400, e.to_string()),
             },
-            _ => reply(400, "unknown write-back call"),
+            Call::Journals
+            | Call::Flush { .. }
+            | Call::Upload { .. }
+            | Call::DropUpload { .. }
+            | Call::Uploads { .. } => reply(400, "not a call to the fragment store"),
         }
     }
 
@@ -197,12 +194,8 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn call(method: &'static str, path: String, body: &[u8]) -> PeerCall {
-        PeerCall {
-            method,
-            path,
-            body: Bytes::copy_from_slice(body),
-        }
+    fn call(c: Call, body: &[u8]) -> PeerCall {
+        c.with_body(Bytes::copy_from_slice(body))
     }
 
     #[test]
@@ -216,38 +209,60 @@ mod tests {
         let id = ObjectId::random();
         let put = |off: u64, b: &[u8]| {
             s.answer(&call(
-                "PUT",
-                format!("/frag?id={id}&idx=2&len=6&off={off}"),
+                Call::PutFragment {
+                    id,
+                    idx: 2,
+                    len: 6,
+                    off,
+                },
                 b,
             ))
         };
         assert_eq!(put(3, b"def").status, 200, "pieces arrive in any order");
-        let early = s.answer(&call("POST", format!("/commit?id={id}&idx=2"), b""));
+        let early = s.answer(&call(Call::CommitFragment { id, idx: 2 }, b""));
         assert_eq!(early.status, 409, "a commit before every piece is refused");
         assert_eq!(put(0, b"abc").status, 200);
         assert_eq!(put(0, b"abc").status, 409, "a repeated piece is refused");
-        let rep = s.answer(&call("POST", format!("/commit?id={id}&idx=2"), b""));
+        let rep = s.answer(&call(Call::CommitFragment { id, idx: 2 }, b""));
         assert_eq!((rep.status, &rep.body[..]), (200, &b"n1"[..]));
         let got = s.answer(&call(
-            "GET",
-            format!("/frag?id={id}&idx=2&off=1&len=4"),
+            Call::ReadFragment {
+                id,
+                idx: 2,
+                off: 1,
+                len: 4,
+            },
             b"",
         ));
         assert_eq!(&got.body[..], b"bcde");
         let big = s.answer(&call(
-            "PUT",
-            format!("/frag?id={id}&idx=3&len=5000&off=0"),
+            Call::PutFragment {
+                id,
+                idx: 3,
+                len: 5000,
+                off: 0,
+            },
             b"x",
         ));
         assert_eq!(big.status, 507);
         assert_eq!(
-            s.answer(&call("DELETE", format!("/obj?id={id}"), b""))
-                .status,
+            s.answer(&call(
+                Call::FreeWrite {
+                    id,
+                    at_origin: false
+                },
+                b""
+            ))
+            .status,
             200
         );
         let gone = s.answer(&call(
-            "GET",
-            format!("/frag?id={id}&idx=2&off=0&len=1"),
+            Call::ReadFragment {
+                id,
+                idx: 2,
+                off: 0,
+                len: 1,
+            },
             b"",
         ));
         assert_eq!(gone.status, 404);

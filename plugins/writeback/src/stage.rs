@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use floe_core::fleet::{PeerCall, PeerError, PeerRef, PeerReply};
+use floe_core::fleet::{PeerError, PeerRef, PeerReply};
 use floe_core::spans::{Phase, Started};
 use floe_core::{S3Error, S3ErrorCode};
 use tokio::sync::mpsc;
@@ -19,6 +19,7 @@ use crate::fragments::FsyncReport;
 use crate::id::ObjectId;
 use crate::journal::{Acked, Placement, Quorum, Record};
 use crate::node::Node;
+use crate::wire::Call;
 
 /// Pieces of one fragment sent at once: a node writes each at its offset, so the round trips
 /// of a fragment's pieces overlap rather than add up.
@@ -327,11 +328,13 @@ impl Node {
             if failed {
                 continue; // drain, so the encoder never waits on a dead fragment
             }
-            let call = PeerCall {
-                method: "PUT",
-                path: format!("/frag?id={id}&idx={index}&len={len}&off={off}"),
-                body: piece,
-            };
+            let call = Call::PutFragment {
+                id,
+                idx: index,
+                len,
+                off,
+            }
+            .with_body(piece);
             off += call.body.len() as u64;
             let (me, peer) = (self.clone(), peer.clone());
             flying.spawn(async move { me.call(&peer, call).await });
@@ -345,11 +348,7 @@ impl Node {
         if failed || off != len {
             return None;
         }
-        let call = PeerCall {
-            method: "POST",
-            path: format!("/commit?id={id}&idx={index}"),
-            body: Bytes::new(),
-        };
+        let call = Call::CommitFragment { id, idx: index }.peer_call();
         match self.call(&peer, call).await {
             Ok(r) if r.status == 200 => Some(FsyncReport::answered(
                 index,
@@ -402,11 +401,7 @@ impl Node {
         {
             let (me, body) = (self.clone(), doc.clone());
             set.spawn(async move {
-                let call = PeerCall {
-                    method: "PUT",
-                    path: "/journal".into(),
-                    body,
-                };
+                let call = Call::KeepJournal.with_body(body);
                 if let Err(e) = me.deliver(&peer, call, wait).await {
                     tracing::info!(node = %peer.id, error = %e, "journal copy failed");
                 }
@@ -417,11 +412,11 @@ impl Node {
 
     async fn abandon(self: &Arc<Self>, id: ObjectId, targets: &[PeerRef]) {
         for peer in targets {
-            let call = PeerCall {
-                method: "DELETE",
-                path: format!("/obj?id={id}"),
-                body: Bytes::new(),
-            };
+            let call = Call::FreeWrite {
+                id,
+                at_origin: false,
+            }
+            .peer_call();
             let _ = self.call(peer, call).await;
         }
     }

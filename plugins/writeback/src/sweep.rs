@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::id::ObjectId;
 use crate::node::Node;
+use crate::wire::Call;
 
 impl Node {
     /// Removes the orphan fragments older than `older_than`; how many it removed.
@@ -79,7 +80,7 @@ impl Node {
     /// fragment stays: removing it is safe only on every node's "no").
     async fn journaled_elsewhere(self: &Arc<Self>, id: &ObjectId) -> bool {
         for peer in self.others() {
-            match self.ask(&peer, "GET", format!("/journal?id={id}")).await {
+            match self.ask(&peer, Call::HasJournal { id: *id }).await {
                 Ok(r) if r.status == 404 => {}
                 _ => return true,
             }
