@@ -447,34 +447,103 @@ def test_a_busy_owner_hands_fills_to_the_next_choice(minio, direct, tmp_path):
         relay.down()
 
 
-def peer_auth(method, path, body=b"", secs=None):
+FRAME_CONTEXT = "floe fleet peer bodies v2"
+
+
+def peer_auth(method, path, length=0, secs=None):
+    """The v2 peer API's request signature: HMAC-SHA256 over the head and the body's length.
+    Returns the header and the nonce the body's frames are bound to."""
     import hashlib
     import hmac
     from fleet import SECRET
     secs = int(time.time()) if secs is None else secs
     nonce = os.urandom(16).hex()
-    msg = f"{secs}\n{nonce}\n{method}\n{path}\n{hashlib.sha256(body).hexdigest()}"
-    return f"{secs}:{nonce}:{hmac.new(SECRET.encode(), msg.encode(), hashlib.sha256).hexdigest()}"
+    msg = f"{secs}\n{nonce}\n{method}\n{path}\nlen:{length}"
+    mac = hmac.new(SECRET.encode(), msg.encode(), hashlib.sha256).hexdigest()
+    return f"{secs}:{nonce}:{mac}", int(nonce, 16)
+
+
+def frame_key():
+    import blake3
+    from fleet import SECRET
+    return blake3.blake3(SECRET.encode(), derive_key_context=FRAME_CONTEXT).digest()
+
+
+def sealed(body, nonce, direction=b"q"):
+    """A body as the peer API frames it: len | data | BLAKE3-keyed tag, then an end frame."""
+    import blake3
+    key, out, seq = frame_key(), b"", 0
+    for data in ([body] if body else []) + [b""]:
+        head = len(data).to_bytes(4, "big")
+        tag = blake3.blake3(nonce.to_bytes(16, "big") + direction + seq.to_bytes(8, "big") + head + data, key=key).digest()
+        out += head + data + tag
+        seq += 1
+    return out
+
+
+def opened(wire, nonce):
+    """The data of an answer's framed body; raises when a tag fails."""
+    import blake3
+    key, out, seq, at = frame_key(), b"", 0, 0
+    while True:
+        n = int.from_bytes(wire[at:at + 4], "big")
+        data, tag = wire[at + 4:at + 4 + n], wire[at + 4 + n:at + 36 + n]
+        want = blake3.blake3(nonce.to_bytes(16, "big") + b"r" + seq.to_bytes(8, "big") + wire[at:at + 4] + data, key=key).digest()
+        assert tag == want, "an answer frame failed its check"
+        at, seq = at + 36 + n, seq + 1
+        if n == 0:
+            assert at == len(wire), "bytes after the end frame"
+            return out
+        out += data
+
+
+def reply_holds(r, nonce):
+    import blake3
+    node, note = r.headers.get("x-floe-node", ""), r.headers.get("x-floe-peer-note", "")
+    msg = nonce.to_bytes(16, "big") + b"h" + r.status.to_bytes(2, "big")
+    for field in (node.encode(), note.encode()):
+        msg += len(field).to_bytes(8, "big") + field
+    msg += int(r.headers["x-floe-body-len"]).to_bytes(8, "big")
+    return blake3.blake3(msg, key=frame_key()).hexdigest() == r.headers.get("x-floe-fleet-reply")
 
 
 def test_a_captured_peer_request_cannot_be_replayed_or_given_another_body(fleet):
-    """Peer requests are signed over a nonce and the body: a capture replays for nothing, and a
-    signed call cannot carry another body."""
+    """Peer requests are signed over a nonce and the body's length, and every body frame is
+    tagged under that nonce: a capture replays for nothing, a signed call cannot carry another
+    body (nor a body captured from another call), and answers carry a tag of their own."""
     import urllib3
     nodes, _, _ = fleet
     http = urllib3.PoolManager(retries=False)
     peer = f"http://127.0.0.1:{nodes[0].peer_port}"
-    path = f"/v1/head?bucket={BUCKET}&key=fleet/replay/none.parquet"
-    auth = peer_auth("GET", path)
-    first = http.request("GET", peer + path, headers={"x-floe-fleet-auth": auth})
+    path = f"/v2/x/blocks/head?bucket={BUCKET}&key=fleet/replay/none.parquet"
+
+    def send(method, path, auth, nonce_body, length):
+        headers = {"x-floe-fleet-auth": auth, "x-floe-body-len": str(length)}
+        return http.request(method, peer + path, body=nonce_body, headers=headers)
+
+    auth, nonce = peer_auth("GET", path)
+    first = send("GET", path, auth, sealed(b"", nonce), 0)
     assert first.status == 404, first.data  # authenticated: the key does not exist
-    again = http.request("GET", peer + path, headers={"x-floe-fleet-auth": auth})
+    assert reply_holds(first, nonce), dict(first.headers)
+    assert opened(first.data, nonce) == b"no such object"
+    again = send("GET", path, auth, sealed(b"", nonce), 0)
     assert again.status == 403, "a replayed capture was accepted"
-    call = "/v1/x/blocks/forget"
+    old = http.request("GET", peer + f"/v1/head?bucket={BUCKET}&key=k")
+    assert old.status == 503 and "x-floe-fleet-reply" not in old.headers, "an earlier release's ask"
+
+    call = "/v2/x/blocks/forget"
     body = b'{"bucket":"%s","keys":["fleet/replay/a.parquet"]}' % BUCKET.encode()
-    signed = peer_auth("POST", call, body)
+    auth, nonce = peer_auth("POST", call, len(body))
     other = body.replace(b"a.parquet", b"b.parquet")
-    r = http.request("POST", peer + call, body=other, headers={"x-floe-fleet-auth": signed})
-    assert r.status == 403, "a signed call took another body"
-    r = http.request("POST", peer + call, body=body, headers={"x-floe-fleet-auth": peer_auth("POST", call, body)})
+    wire = sealed(body, nonce)
+    r = send("POST", call, auth, wire[:4] + other + wire[4 + len(body):], len(body))
+    assert r.status == 400, "a signed call took another body"
+    # A body sealed for another (captured) call, under a fresh signature: its frames fail.
+    captured_nonce = nonce
+    auth, nonce = peer_auth("POST", call, len(body))
+    r = send("POST", call, auth, sealed(body, captured_nonce), len(body))
+    assert r.status == 400, "a body captured from another call was accepted"
+    auth, nonce = peer_auth("POST", call, len(body))
+    r = send("POST", call, auth, sealed(body, nonce), len(body))
     assert r.status == 204, r.data
+    assert reply_holds(r, nonce)

@@ -1,6 +1,6 @@
 //! Write-back's side of the peer API (`floe_writeback::service::Store::answer`, after
 //! `floe_writeback::wire::Call::parse`, which must encode back to what it decoded; the calls of
-//! `/v1/x/wb/...` after the fleet's HMAC checked them): any method, path, query and body is
+//! `/v2/x/wb/...` after the fleet's HMAC checked them): any method, path, query and body is
 //! answered without a panic, with a status a peer acts on, and a fragment read answers exactly
 //! the bytes it asked for or an error. Input: a method byte, a path length byte, the path, the
 //! body. The store lives in a temporary directory for the run (16 MiB of fragments at most).

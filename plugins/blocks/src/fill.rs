@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use floe_core::fleet::{BlockAsk, Fleet, PeerError, PeerRef, PeerSource};
+use floe_core::fleet::{Fleet, PeerError, PeerRef};
+
+use crate::asks::{BlockAsk, PeerSource};
 use floe_core::{ByteStream, OriginError, OriginReader};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -90,16 +92,16 @@ impl Source {
             while let Some((peer, cached_only)) = asks.get(i).cloned() {
                 i += 1;
                 let ask = BlockAsk {
-                    bucket: &t.bucket_key,
-                    key: &t.object_key,
-                    etag: &t.map.etag,
+                    bucket: t.bucket_key.clone(),
+                    key: t.object_key.clone(),
+                    etag: t.map.etag.clone(),
                     size: t.map.size,
                     block_bytes: cache.settings.block_bytes,
                     cached_only,
                     first: start,
                     last: end - 1,
                 };
-                match fleet.blocks(&peer, &ask).await {
+                match crate::asks::blocks(&*fleet, &peer, ask).await {
                     Ok(got) => {
                         self.tell(Served::Peer(got.source, got.node));
                         return Ok((got.body, true));
@@ -193,7 +195,11 @@ pub(crate) async fn fill(
                 return fail(e, cur, &mut items);
             }
             // The owner failed mid-body: the origin brings the rest, from the next byte.
-            _ => {
+            cut => {
+                let why = cut
+                    .err()
+                    .map_or_else(|| "ended early".to_owned(), |e| e.to_string());
+                tracing::debug!(key = &*t.object_key, at = pos, error = %why, "the owner's body failed: the origin brings the rest");
                 from_peer = false;
                 let got = t.read_origin(&*source.origin, (pos, end - 1)).await;
                 match got {

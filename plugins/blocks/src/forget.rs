@@ -4,7 +4,7 @@
 //! non-owner asks the key's owner, and the owner would otherwise answer from its own mapping.
 //!
 //! The message is [`Forget`], JSON on the fleet's authenticated peer transport, mounted as the
-//! `blocks` service (`POST /v1/x/blocks/forget`). A member that does not answer within
+//! `blocks` service (`POST /v2/x/blocks/forget`). A member that does not answer within
 //! [`TELL_WAIT`] is told again in the background, first after [`RETRY_EVERY`] and then less
 //! often, for up to [`RETRY_FOR`] (a node restarting meanwhile hears it within
 //! [`RETRY_MAX_WAIT`] of its peer API coming up).
@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use floe_core::fleet::{Fleet, PeerCall, PeerRef, PeerReply, PeerService};
+use floe_core::fleet::{Fleet, PeerCall, PeerRef};
 use floe_core::recent::{RecentMembers, Seen, DEPARTED_WAIT};
 use serde::{Deserialize, Serialize};
 
@@ -117,50 +116,6 @@ pub(crate) fn forget_here(
         // No stage built here for the bucket yet (a pattern route): only the persisted
         // mapping can be there.
         None => cache.forget_mapping(&Arc::from(bucket), &Arc::from(key)),
-    }
-}
-
-/// The `blocks` peer service: applies other nodes' [`Forget`]s.
-pub(crate) struct ForgetService {
-    pub cache: Arc<BlockCache>,
-    pub routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
-}
-
-#[async_trait]
-impl PeerService for ForgetService {
-    async fn call(&self, call: PeerCall) -> PeerReply {
-        if let Some(since) = crate::missed::Missed::asked(&call) {
-            let missed = self.cache.forgets.since(since);
-            return PeerReply {
-                status: 200,
-                body: serde_json::to_vec(&missed).unwrap_or_default().into(),
-            };
-        }
-        match Forget::decode(&call) {
-            Ok(f) => {
-                self.cache.forgets.record(&f);
-                f.apply_here(&self.cache, &self.routes);
-                let route = self
-                    .routes
-                    .read()
-                    .ok()
-                    .and_then(|r| r.get(&f.bucket).cloned());
-                let bucket = floe_core::BucketName::parse(&f.bucket).ok();
-                if let (Some(route), Some(bucket), false) = (route, bucket, f.every) {
-                    // The key changed at the origin: a staged write the fleet retired while
-                    // this node missed it must not be what the next read resolves to.
-                    route.origin.changed_elsewhere(&bucket, &f.keys).await;
-                }
-                PeerReply {
-                    status: 204,
-                    body: bytes::Bytes::new(),
-                }
-            }
-            Err(why) => PeerReply {
-                status: 400,
-                body: why.into(),
-            },
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! mappings, would meanwhile answer from the version a write replaced.
 //!
 //! So every node keeps the forgets it sent or applied for [`KEEP`] ([`ForgetLog`]), and a node
-//! back from away asks every peer for those since it left (`GET /v1/x/blocks/missed?since=MS`,
+//! back from away asks every peer for those since it left (`GET /v2/x/blocks/missed?since=MS`,
 //! answered with [`Missed`]) and applies them before it answers a read: at its first request
 //! after a freeze ([`floe_core::away`]); after a restart, from the time its last
 //! [`ALIVE_FILE`] stamp says it was up, before it uses a mapping it persisted (not ready

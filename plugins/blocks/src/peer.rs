@@ -8,10 +8,11 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use floe_core::fleet::{BlockAsk, HotBlock, PeerBody, PeerError, PeerRef, PeerServer, PeerSource};
+use floe_core::fleet::{HandOver, Pacer, PeerError, PeerRef, Warmth};
 use floe_core::{BucketName, ByteStream, ETag, ObjectHead, ObjectKey, OriginError};
 use tokio::sync::mpsc;
 
+use crate::asks::{BlockAsk, HotBlock, PeerBody, PeerSource, HOT_LIST_MAX};
 use crate::filter::BlockFilter;
 use crate::inflight::FillError;
 use crate::mapping::Mapping;
@@ -39,21 +40,54 @@ fn head_of(m: &Mapping) -> ObjectHead {
     }
 }
 
+/// Takes over, from a giver, the hot blocks of this route that this node now owns.
 #[async_trait]
-impl PeerServer for BlockFilter {
-    fn hot(&self, limit: usize) -> Vec<HotBlock> {
-        self.hot_list(limit)
+impl Warmth for BlockFilter {
+    async fn take_over(&self, giver: &PeerRef, max_items: usize, pacer: &Pacer) -> HandOver {
+        let mut done = HandOver::default();
+        let Some(fleet) = self.fleet.clone() else {
+            return done;
+        };
+        let bucket = &*self.bucket_key;
+        let list = match crate::asks::hot(&*fleet, giver, bucket, HOT_LIST_MAX).await {
+            Ok(l) => l
+                .into_iter()
+                .filter(|b| self.owns_block(b))
+                .take(max_items)
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                tracing::info!(from = %giver.id, bucket, error = %e, "no hand-over list");
+                return done;
+            }
+        };
+        tracing::info!(from = %giver.id, bucket, blocks = list.len(), "taking over warm blocks");
+        for b in &list {
+            pacer.ready().await;
+            match self.pull_block(b, giver).await {
+                Ok(n) => {
+                    done.items += 1;
+                    done.bytes += n;
+                    pacer.spent(n).await;
+                }
+                Err(e) => {
+                    done.failed += 1;
+                    tracing::debug!(from = %giver.id, key = %b.key, error = %e, "hand-over pull failed");
+                }
+            }
+        }
+        done
     }
+}
 
-    fn takes(&self, b: &HotBlock) -> bool {
-        self.owns_block(b)
-    }
-
-    async fn pull(&self, block: &HotBlock, from: &PeerRef) -> Result<u64, PeerError> {
-        self.pull_block(block, from).await
-    }
-
-    async fn head(&self, key: &ObjectKey, stale: Option<&ETag>) -> Result<ObjectHead, PeerError> {
+/// The owner's answers to other nodes' asks.
+impl BlockFilter {
+    /// The current version of `key`, as this node resolves it; a mapping naming `stale` is
+    /// revalidated first.
+    pub(crate) async fn answer_head(
+        &self,
+        key: &ObjectKey,
+        stale: Option<&ETag>,
+    ) -> Result<ObjectHead, PeerError> {
         let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
         // An owner back from away answers no version before it heard what it missed.
         if let Some(c) = &self.catch_up {
@@ -69,7 +103,14 @@ impl PeerServer for BlockFilter {
         }
     }
 
-    async fn blocks(&self, key: &ObjectKey, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
+    /// The bytes of `ask`, filling from the origin (once for every asker) what this node does
+    /// not hold; `Ok` once the first of them is ready, so a version conflict is an error
+    /// rather than a cut body. Never forwards to another peer.
+    pub(crate) async fn answer_blocks(
+        &self,
+        key: &ObjectKey,
+        ask: &BlockAsk,
+    ) -> Result<PeerBody, PeerError> {
         if ask.block_bytes != self.cache.settings.block_bytes {
             return Err(PeerError::Refused(format!(
                 "block size {} here, {} asked",
@@ -77,7 +118,7 @@ impl PeerServer for BlockFilter {
             )));
         }
         let bucket = BucketName::parse(&self.bucket_key).map_err(unavailable)?;
-        let map = self.version(key, ask.etag, ask.size);
+        let map = self.version(key, &ask.etag, ask.size);
         let mut reader = self
             .reader((&bucket, key), &map, (ask.first, ask.last), false)
             .answering_peer();
@@ -156,7 +197,7 @@ impl BlockFilter {
     }
 
     /// The hot blocks of this route in this node's block geometry.
-    fn hot_list(&self, limit: usize) -> Vec<HotBlock> {
+    pub(crate) fn hot_list(&self, limit: usize) -> Vec<HotBlock> {
         if self.fleet.is_none() {
             return Vec::new();
         }

@@ -21,7 +21,8 @@ use crate::admin::BlocksAdmin;
 use crate::cache::{BlockCache, CacheSettings};
 use crate::config::{validate, FileSections};
 use crate::filter::BlockFilter;
-use crate::forget::{forget_here, tell_fleet, Forget, ForgetService};
+use crate::forget::{forget_here, tell_fleet, Forget};
+use crate::service::BlocksService;
 
 /// The factory the proxy lists.
 pub static FACTORY: BlocksFactory = BlocksFactory;
@@ -97,6 +98,7 @@ impl Configured for BlocksConfig {
         Ok(Arc::new(BlocksPlugin {
             cache,
             routes: Arc::default(),
+            mount_once: std::sync::Once::new(),
         }))
     }
 }
@@ -105,6 +107,8 @@ impl Configured for BlocksConfig {
 pub struct BlocksPlugin {
     cache: Option<Arc<BlockCache>>,
     routes: Arc<RwLock<HashMap<String, Arc<BlockFilter>>>>,
+    /// The peer service is mounted (and its hand-over taker registered) once.
+    mount_once: std::sync::Once,
 }
 
 impl BlocksPlugin {
@@ -140,15 +144,17 @@ impl Plugin for BlocksPlugin {
                 routes: Arc::downgrade(&self.routes),
                 fleet: fleet.clone(),
             });
-            fleet.serve(bucket.as_str(), Arc::new(filter.clone()));
-            // One service for every route (mounting again replaces it with its equal).
-            fleet.mount(
-                crate::forget::SERVICE,
-                Arc::new(ForgetService {
+            // One service for every route, mounted once (its fill slots are the node's).
+            self.mount_once.call_once(|| {
+                let service = Arc::new(BlocksService {
                     cache: filter.cache.clone(),
                     routes: self.routes.clone(),
-                }),
-            );
+                    fills: Arc::default(),
+                    max_fills: fleet.max_owner_fills(),
+                });
+                fleet.mount(crate::forget::SERVICE, service.clone());
+                fleet.take_over_with(service);
+            });
         }
         let filter = Arc::new(filter);
         if let Ok(mut r) = self.routes.write() {

@@ -232,10 +232,7 @@ impl BlockFilter {
             let mine = first.is_some_and(|i| self.owns(key, i));
             return Err(if mine { probe } else { Probe::Head });
         };
-        match fleet
-            .head(&owner, &self.bucket_key, key.as_str(), stale)
-            .await
-        {
+        match crate::asks::head(&**fleet, &owner, (&self.bucket_key, key.as_str()), stale).await {
             Ok(head) => {
                 tracing::debug!(key = key.as_str(), etag = head.etag.as_str(), owner = %owner.id, "resolved by the owner");
                 let m = self.remember(key, Mapping::new(head, class), ticket);

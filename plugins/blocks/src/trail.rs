@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use floe_core::fleet::PeerSource;
+use crate::asks::PeerSource;
 
 use crate::inflight::Claim;
 use crate::reader::{BlockReader, Got, Pending, Plan, PLAN};

@@ -1,20 +1,18 @@
-//! Warmth hand-over when ownership moves. A node that joins pulls, from every other member,
-//! the recently served blocks it now owns; when a member starts draining, the nodes that now
-//! own its blocks pull them from it. Hottest (most recently served) first, paced to a byte
-//! rate, only what the giver holds (never the origin). Until a block is pulled, a miss on it
-//! still asks the giver first (the donor path), so nothing waits on the hand-over.
+//! Warmth hand-over when ownership moves. A node that joins takes over, from every other
+//! member, the warm state it now owns; when a member starts draining, the nodes that now own
+//! its state take it from it. This worker decides who gives and paces the bytes; each plugin's
+//! [`Warmth`] takes what it owns through its own peer service (the block cache pulls recently
+//! served blocks, hottest first, only what the giver holds). Until a block is pulled, a miss on
+//! it still asks the giver first (the donor path), so nothing waits on the hand-over.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use floe_core::fleet::{PeerRef, PeerServer};
+use floe_core::fleet::{Pacer, PeerRef, Warmth};
 use tokio::sync::mpsc;
 
-use crate::client::PeerClient;
 use crate::metrics;
-use crate::server::{Servers, HOT_LIST_MAX};
 use crate::view::{Member, MemberState, View};
 
 /// What the hand-over worker has done (shown by `GET /fleet`).
@@ -88,64 +86,40 @@ pub fn givers(prev: &View, next: &View, me: &str, warming: bool) -> Vec<PeerRef>
 
 /// The hand-over worker's settings and state.
 pub struct Handover {
-    /// This node's id.
-    pub me: Arc<str>,
-    /// Asks peers.
-    pub client: Arc<PeerClient>,
-    /// This node's servers by bucket.
-    pub servers: Servers,
+    /// The plugins' takers (the block cache's, one per bucket).
+    pub takers: Takers,
     /// Pace, bytes per second.
     pub bytes_per_sec: u64,
-    /// Most blocks pulled from one giver per bucket.
-    pub max_blocks: usize,
+    /// Most items one taker takes from one giver.
+    pub max_items: usize,
     /// Progress.
     pub progress: Arc<Progress>,
 }
 
+/// The registered takers.
+pub type Takers = Arc<Mutex<Vec<Arc<dyn Warmth>>>>;
+
 impl Handover {
-    /// Pulls from each giver sent on `rx`, one at a time, until the channel closes.
+    /// Takes over from each giver sent on `rx`, one at a time, until the channel closes.
     pub async fn run(self, mut rx: mpsc::UnboundedReceiver<PeerRef>) {
         while let Some(from) = rx.recv().await {
-            let servers: Vec<(String, Arc<dyn PeerServer>)> = match self.servers.read() {
-                Ok(s) => s.iter().map(|(b, s)| (b.clone(), s.clone())).collect(),
+            let takers = match self.takers.lock() {
+                Ok(t) => t.clone(),
                 Err(_) => continue,
             };
-            for (bucket, server) in servers {
-                self.pull_bucket(&from, &bucket, &*server).await;
+            let pacer = Pacer::new(self.bytes_per_sec);
+            for taker in takers {
+                let done = taker.take_over(&from, self.max_items, &pacer).await;
+                self.progress
+                    .blocks
+                    .fetch_add(done.items, Ordering::Relaxed);
+                self.progress.bytes.fetch_add(done.bytes, Ordering::Relaxed);
+                self.progress
+                    .failed
+                    .fetch_add(done.failed, Ordering::Relaxed);
+                metrics::with(|m| m.handover_bytes.inc_by(done.bytes));
             }
             self.progress.finished(&from.id);
-        }
-    }
-
-    async fn pull_bucket(&self, from: &PeerRef, bucket: &str, server: &dyn PeerServer) {
-        let list = match self.client.hot(from, bucket, HOT_LIST_MAX).await {
-            Ok(l) => l
-                .into_iter()
-                .filter(|b| server.takes(b))
-                .take(self.max_blocks)
-                .collect::<Vec<_>>(),
-            Err(e) => {
-                tracing::info!(from = %from.id, bucket, error = %e, "no hand-over list");
-                return;
-            }
-        };
-        tracing::info!(from = %from.id, bucket, blocks = list.len(), "taking over warm blocks");
-        let rate = self.bytes_per_sec.max(1) as f64;
-        let mut next = tokio::time::Instant::now();
-        for b in &list {
-            tokio::time::sleep_until(next).await;
-            match server.pull(b, from).await {
-                Ok(n) => {
-                    self.progress.blocks.fetch_add(1, Ordering::Relaxed);
-                    self.progress.bytes.fetch_add(n, Ordering::Relaxed);
-                    metrics::with(|m| m.handover_bytes.inc_by(n));
-                    next += Duration::from_secs_f64(n as f64 / rate);
-                }
-                Err(e) => {
-                    self.progress.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(from = %from.id, key = %b.key, error = %e, "hand-over pull failed");
-                }
-            }
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Floe's fleet: nodes find each other by gossip (chitchat over an HMAC-authenticated UDP
 //! transport), agree on each block's owner by weighted rendezvous hashing over stable node ids,
-//! and ask owners for blocks over an authenticated peer API, so a block the fleet holds is
-//! fetched from the origin once, whichever node a client reached.
+//! and carry each plugin's calls to its own kind on other nodes over an authenticated peer
+//! API (every request head and every body frame tagged with the fleet secret). It knows no
+//! plugin's messages: the block cache mounts its asks as the `blocks` service, write-back its
+//! fragments as `wb`.
 //!
-//! The block cache sees the fleet only through [`floe_core::fleet::Fleet`]; this crate's
-//! plugin shares it when the config has a `fleet:` section.
+//! Plugins see the fleet only through [`floe_core::fleet::Fleet`] (membership, placement,
+//! transport); this crate's plugin shares it when the config has a `fleet:` section.
 //!
 //! ```
 //! use floe_ring::view::{member, MemberState, Membership, View};
@@ -18,8 +20,10 @@
 //! assert!(owner.is_none() || &*owner.unwrap().id == "floe-0");
 //! ```
 
+mod body;
 pub mod client;
 pub mod config;
+pub mod frames;
 pub mod gossip;
 pub mod handover;
 pub mod hrw;

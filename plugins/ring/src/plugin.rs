@@ -8,9 +8,9 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
 use floe_core::fleet::{
-    BlockAsk, Fleet, PeerBody, PeerCall, PeerError, PeerRef, PeerReply, PeerServer, PeerService,
+    Fleet, Membership as FleetMembership, PeerError, PeerRef, PeerRequest, PeerResponse,
+    PeerService, Placement, Transport, Warmth,
 };
-use floe_core::{ETag, ObjectHead};
 use floe_filter::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx, Shared,
     StartError,
@@ -22,8 +22,8 @@ use pingora::services::ServiceWithDependents;
 use crate::client::PeerClient;
 use crate::config::{validate_with, FileSections, FleetSettings};
 use crate::gossip::{DrainOnShutdown, Gossip};
-use crate::handover::{Handover, Progress};
-use crate::server::{PeerApi, PeerListener, Servers};
+use crate::handover::{Handover, Progress, Takers};
+use crate::server::{PeerApi, PeerListener};
 use crate::view::Membership;
 
 /// The factory the proxy lists.
@@ -101,7 +101,7 @@ pub struct Ring {
     membership: Arc<Membership>,
     client: Arc<PeerClient>,
     progress: Arc<Progress>,
-    servers: Servers,
+    takers: Takers,
     gossip: Arc<Gossip>,
     listener: Arc<PeerListener>,
     settings: FleetSettings,
@@ -115,17 +115,14 @@ impl Ring {
         let listener = tokio::net::TcpListener::bind(s.bind)
             .await
             .map_err(|e| format!("cannot bind the peer API to {}: {e}", s.bind))?;
-        let servers = Servers::default();
         let listener = Arc::new(PeerListener {
             listener: std::sync::Mutex::new(Some(listener)),
             api: Arc::new(PeerApi {
                 node: me.clone(),
+                key: crate::frames::key(&secret),
                 secret: secret.clone(),
                 seen: Arc::default(),
-                servers: servers.clone(),
                 services: Arc::default(),
-                fills: Arc::default(),
-                max_fills: s.max_owner_fills,
             }),
             tls: match &s.tls {
                 Some(t) => Some(crate::tls::acceptor(t)?),
@@ -141,12 +138,11 @@ impl Ring {
         let ca = s.tls.as_ref().map(|t| t.ca.as_str());
         let client = Arc::new(PeerClient::new(secret, s.peer_timeout, ca));
         let progress = Arc::new(Progress::default());
+        let takers = Takers::default();
         let handover = Handover {
-            me: me.clone(),
-            client: client.clone(),
-            servers: servers.clone(),
+            takers: takers.clone(),
             bytes_per_sec: s.handover_bytes_per_sec,
-            max_blocks: s.handover_max_blocks,
+            max_items: s.handover_max_blocks,
             progress: progress.clone(),
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -161,7 +157,7 @@ impl Ring {
             membership,
             client,
             progress,
-            servers,
+            takers,
             gossip,
             listener,
             settings: s,
@@ -175,49 +171,9 @@ impl Ring {
 }
 
 #[async_trait]
-impl Fleet for Ring {
+impl FleetMembership for Ring {
     fn node_id(&self) -> &Arc<str> {
         &self.me
-    }
-
-    fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
-        self.membership.owner(bucket, key, index)
-    }
-
-    fn expects_peers(&self) -> bool {
-        !self.settings.seeds.is_empty()
-    }
-
-    fn next_owner(&self, bucket: &str, key: &str, index: u64, busy: &PeerRef) -> Option<PeerRef> {
-        self.membership.next_owner(bucket, key, index, busy)
-    }
-
-    fn donors(&self, bucket: &str, key: &str, index: u64) -> Vec<PeerRef> {
-        self.membership.donors(bucket, key, index)
-    }
-
-    async fn head(
-        &self,
-        peer: &PeerRef,
-        bucket: &str,
-        key: &str,
-        stale: Option<&ETag>,
-    ) -> Result<ObjectHead, PeerError> {
-        self.client.head(peer, bucket, key, stale).await
-    }
-
-    async fn blocks(&self, peer: &PeerRef, ask: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
-        self.client.blocks(peer, ask).await
-    }
-
-    fn serve(&self, bucket: &str, server: Arc<dyn PeerServer>) {
-        if let Ok(mut s) = self.servers.write() {
-            s.insert(bucket.to_owned(), server);
-        }
-    }
-
-    fn ranked(&self, name: &str) -> Vec<PeerRef> {
-        self.membership.ranked(name)
     }
 
     fn member(&self, id: &str) -> Option<PeerRef> {
@@ -228,20 +184,8 @@ impl Fleet for Ring {
         self.membership.others()
     }
 
-    async fn call(
-        &self,
-        peer: &PeerRef,
-        service: &str,
-        call: PeerCall,
-        wait: std::time::Duration,
-    ) -> Result<PeerReply, PeerError> {
-        self.client.call(peer, service, call, wait).await
-    }
-
-    fn mount(&self, service: &str, svc: Arc<dyn PeerService>) {
-        if let Ok(mut s) = self.listener.api.services.write() {
-            s.insert(service.to_owned(), svc);
-        }
+    fn expects_peers(&self) -> bool {
+        !self.settings.seeds.is_empty()
     }
 
     async fn publish(&self, key: &str, value: String) {
@@ -250,6 +194,57 @@ impl Fleet for Ring {
 
     fn published(&self, id: &str, key: &str) -> Option<Arc<str>> {
         self.membership.published(id, key)
+    }
+
+    fn take_over_with(&self, taker: Arc<dyn Warmth>) {
+        if let Ok(mut t) = self.takers.lock() {
+            t.push(taker);
+        }
+    }
+}
+
+impl Placement for Ring {
+    fn owner(&self, bucket: &str, key: &str, index: u64) -> Option<PeerRef> {
+        self.membership.owner(bucket, key, index)
+    }
+
+    fn next_owner(&self, bucket: &str, key: &str, index: u64, busy: &PeerRef) -> Option<PeerRef> {
+        self.membership.next_owner(bucket, key, index, busy)
+    }
+
+    fn donors(&self, bucket: &str, key: &str, index: u64) -> Vec<PeerRef> {
+        self.membership.donors(bucket, key, index)
+    }
+
+    fn ranked(&self, name: &str) -> Vec<PeerRef> {
+        self.membership.ranked(name)
+    }
+
+    fn max_owner_fills(&self) -> usize {
+        self.settings.max_owner_fills
+    }
+}
+
+#[async_trait]
+impl Transport for Ring {
+    async fn open(
+        &self,
+        peer: &PeerRef,
+        service: &str,
+        request: PeerRequest,
+        wait: std::time::Duration,
+    ) -> Result<PeerResponse, PeerError> {
+        self.client.open(peer, service, request, wait).await
+    }
+
+    fn peer_timeout(&self) -> std::time::Duration {
+        self.settings.peer_timeout
+    }
+
+    fn mount(&self, service: &str, svc: Arc<dyn PeerService>) {
+        if let Ok(mut s) = self.listener.api.services.write() {
+            s.insert(service.to_owned(), svc);
+        }
     }
 }
 

@@ -229,34 +229,22 @@ mod tests {
     struct Seeded(Arc<str>);
 
     #[async_trait::async_trait]
-    impl floe_core::fleet::Fleet for Seeded {
+    impl floe_core::fleet::Membership for Seeded {
         fn node_id(&self) -> &Arc<str> {
             &self.0
         }
-        fn owner(&self, _: &str, _: &str, _: u64) -> Option<floe_core::fleet::PeerRef> {
-            None
-        }
-        async fn head(
-            &self,
-            _: &floe_core::fleet::PeerRef,
-            _: &str,
-            _: &str,
-            _: Option<&floe_core::ETag>,
-        ) -> Result<floe_core::ObjectHead, floe_core::fleet::PeerError> {
-            Err(floe_core::fleet::PeerError::NotFound)
-        }
-        async fn blocks(
-            &self,
-            _: &floe_core::fleet::PeerRef,
-            _: &floe_core::fleet::BlockAsk<'_>,
-        ) -> Result<floe_core::fleet::PeerBody, floe_core::fleet::PeerError> {
-            Err(floe_core::fleet::PeerError::NotFound)
-        }
-        fn serve(&self, _: &str, _: Arc<dyn floe_core::fleet::PeerServer>) {}
         fn expects_peers(&self) -> bool {
             true
         }
     }
+
+    impl floe_core::fleet::Placement for Seeded {
+        fn owner(&self, _: &str, _: &str, _: u64) -> Option<floe_core::fleet::PeerRef> {
+            None
+        }
+    }
+
+    impl floe_core::fleet::Transport for Seeded {}
 
     #[tokio::test]
     async fn a_repair_dropping_a_fragment_leaves_the_write_indexed_and_a_free_does_not() {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use floe_core::config::{ConfigCx, ConfigError};
-use floe_core::fleet::{BlockAsk, Fleet, PeerBody, PeerError, PeerRef, PeerServer};
-use floe_core::{ETag, ObjectHead, OriginReader};
+use floe_core::fleet::{Fleet, Membership, PeerRef, Placement, Transport};
+use floe_core::OriginReader;
 use floe_filter::plugin::{
     AdminHandler, AdminRequest, AdminResponse, Configured, Plugin, PluginFactory, RouteCx,
     StartError,
@@ -289,25 +289,16 @@ impl AdminHandler for Admin {
 /// PUT then goes straight to the origin, as fewer than w nodes are eligible).
 pub(crate) struct Alone(pub(crate) Arc<str>);
 
-#[async_trait]
-impl Fleet for Alone {
+impl Membership for Alone {
     fn node_id(&self) -> &Arc<str> {
         &self.0
     }
+}
+
+impl Placement for Alone {
     fn owner(&self, _bucket: &str, _key: &str, _index: u64) -> Option<PeerRef> {
         None
     }
-    async fn head(
-        &self,
-        _: &PeerRef,
-        _: &str,
-        _: &str,
-        _: Option<&ETag>,
-    ) -> Result<ObjectHead, PeerError> {
-        Err(PeerError::Unavailable("no fleet".into()))
-    }
-    async fn blocks(&self, _: &PeerRef, _: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
-        Err(PeerError::Unavailable("no fleet".into()))
-    }
-    fn serve(&self, _bucket: &str, _server: Arc<dyn PeerServer>) {}
 }
+
+impl Transport for Alone {}

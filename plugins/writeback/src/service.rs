@@ -1,4 +1,4 @@
-//! This node's fragment store and journal on the peer API (`/v1/x/wb/...`), the same for a
+//! This node's fragment store and journal on the peer API (`/v2/x/wb/...`), the same for a
 //! call from another node and from this node's own coordinator. The calls are
 //! [`crate::wire::Call`]s:
 //!

@@ -1,5 +1,5 @@
 //! Every write-back call between nodes, as one enum: the caller builds a [`Call`], this file
-//! encodes it as a peer call (method, path and query below `/v1/x/wb`) and decodes it on the
+//! encodes it as a peer call (method, path and query below `/v2/x/wb`) and decodes it on the
 //! answering node. No other file spells a path.
 
 use bytes::Bytes;

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use floe_core::fleet::{
-    BlockAsk, Fleet, Peer, PeerBody, PeerCall, PeerError, PeerRef, PeerReply, PeerServer,
+    Membership, Peer, PeerCall, PeerError, PeerRef, PeerReply, Placement, Transport,
 };
-use floe_core::{ETag, ObjectHead};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -184,36 +183,22 @@ fn weight(name: &str, id: &str) -> u64 {
     h.finish()
 }
 
-#[async_trait]
-impl Fleet for MemFleet {
-    fn node_id(&self) -> &Arc<str> {
-        &self.me
-    }
-
+impl Placement for MemFleet {
     fn owner(&self, _: &str, _: &str, _: u64) -> Option<PeerRef> {
         None
     }
-
-    async fn head(
-        &self,
-        _: &PeerRef,
-        _: &str,
-        _: &str,
-        _: Option<&ETag>,
-    ) -> Result<ObjectHead, PeerError> {
-        Err(PeerError::NotFound)
-    }
-
-    async fn blocks(&self, _: &PeerRef, _: &BlockAsk<'_>) -> Result<PeerBody, PeerError> {
-        Err(PeerError::NotFound)
-    }
-
-    fn serve(&self, _: &str, _: Arc<dyn PeerServer>) {}
 
     fn ranked(&self, name: &str) -> Vec<PeerRef> {
         let mut live = self.registry.live();
         live.sort_by_key(|p| std::cmp::Reverse(weight(name, &p.id)));
         live
+    }
+}
+
+#[async_trait]
+impl Membership for MemFleet {
+    fn node_id(&self) -> &Arc<str> {
+        &self.me
     }
 
     fn member(&self, id: &str) -> Option<PeerRef> {
@@ -229,7 +214,10 @@ impl Fleet for MemFleet {
         v.retain(|p| *p.id != *self.me);
         v
     }
+}
 
+#[async_trait]
+impl Transport for MemFleet {
     async fn call(
         &self,
         peer: &PeerRef,
