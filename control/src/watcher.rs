@@ -133,7 +133,7 @@ async fn emit(
         .map(|p| p.1.as_str())
         .unwrap_or("");
     let r = crate::sched::event::commit(catalog, table, snap.snapshot_id(), data)
-        .map_err(crate::sched::queue::QueueError);
+        .map_err(|e| crate::sched::queue::QueueError(e.to_string()));
     match r {
         Ok(e) => {
             if let Err(e) = s.submit(&e, "event").await {

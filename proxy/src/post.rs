@@ -42,8 +42,7 @@ pub async fn forward(session: &mut Session, ctx: &mut Ctx, route: &Route) -> Res
     let etag = stored.map_err(origin_error)?;
     // The stages see the origin's answer as for any write (the block cache drops the key's
     // answers on every node before the client hears of the change).
-    let mut stored_resp = ResponseHeader::build(200, Some(1))
-        .map_err(|e| S3Error::new(S3ErrorCode::InternalError, e.to_string()))?;
+    let mut stored_resp = ResponseHeader::build(200, Some(1)).map_err(S3Error::internal)?;
     for filter in &route.filters {
         filter
             .upstream_response_filter(&mut stored_resp, &mut ctx.f)
@@ -147,7 +146,7 @@ async fn answer(
     (bucket, key): (&str, &str),
     etag: &ETag,
 ) -> Result<u16, S3Error> {
-    let internal = |e: Box<pingora::Error>| S3Error::new(S3ErrorCode::InternalError, e.to_string());
+    let internal = |e: Box<pingora::Error>| S3Error::internal(e);
     let (status, body, redirect) = match &upload.redirect {
         Some(to) => {
             let sep = if to.contains('?') { '&' } else { '?' };

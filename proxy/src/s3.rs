@@ -104,7 +104,7 @@ impl S3Mode {
                 })?;
                 ctx.status = respond::list_buckets(session, ctx.f.request_id, &buckets, &key)
                     .await
-                    .map_err(|e| S3Error::new(S3ErrorCode::InternalError, e.to_string()))?;
+                    .map_err(S3Error::internal)?;
                 return Ok(true);
             }
             return Err(S3Error::new(

@@ -57,11 +57,13 @@ pub fn default_event(d: &Deployment) -> Result<Event, ConformError> {
     for (i, t) in d.triggers.iter().enumerate() {
         if let Trigger::Cron(s) = t {
             if let Some(iv) = s.last_interval(now) {
-                return super::event::cron(d, i, s, iv).map_err(ConformError::Config);
+                return super::event::cron(d, i, s, iv)
+                    .map_err(|e| ConformError::Config(e.to_string()));
             }
         }
     }
-    super::event::manual(d, serde_json::json!({"conform": true})).map_err(ConformError::Config)
+    super::event::manual(d, serde_json::json!({"conform": true}))
+        .map_err(|e| ConformError::Config(e.to_string()))
 }
 
 /// `s` as a table-name part: lower-case letters, digits and `_`.

@@ -23,12 +23,22 @@ pub fn random_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-fn build(b: EventBuilderV10) -> Result<Event, String> {
-    b.build().map_err(|e| e.to_string())
+/// An event the CloudEvents SDK refused to build.
+#[derive(Debug, thiserror::Error)]
+#[error("not a valid CloudEvent: {0}")]
+pub struct EventError(#[from] cloudevents::event::EventBuilderError);
+
+fn build(b: EventBuilderV10) -> Result<Event, EventError> {
+    Ok(b.build()?)
 }
 
 /// A cron interval's event: id is the logical date, so its job id is deployment + date.
-pub fn cron(d: &Deployment, trigger: usize, s: &Schedule, iv: Interval) -> Result<Event, String> {
+pub fn cron(
+    d: &Deployment,
+    trigger: usize,
+    s: &Schedule,
+    iv: Interval,
+) -> Result<Event, EventError> {
     let (start, end) = (Schedule::rfc3339(iv.start), Schedule::rfc3339(iv.end));
     let time = Utc
         .timestamp_millis_opt(iv.end)
@@ -55,7 +65,7 @@ pub fn cron(d: &Deployment, trigger: usize, s: &Schedule, iv: Interval) -> Resul
 }
 
 /// A manual dispatch carrying `data`.
-pub fn manual(d: &Deployment, data: Value) -> Result<Event, String> {
+pub fn manual(d: &Deployment, data: Value) -> Result<Event, EventError> {
     build(
         EventBuilderV10::new()
             .id(random_id())
@@ -68,7 +78,7 @@ pub fn manual(d: &Deployment, data: Value) -> Result<Event, String> {
 
 /// A webhook request turned into an event: the request's own `idempotency-key` or
 /// `x-request-id` is its id when it has one (a sender's retry is one run), else a random one.
-pub fn webhook(path: &str, id: Option<String>, data: Value) -> Result<Event, String> {
+pub fn webhook(path: &str, id: Option<String>, data: Value) -> Result<Event, EventError> {
     build(
         EventBuilderV10::new()
             .id(id.unwrap_or_else(random_id))
@@ -80,7 +90,7 @@ pub fn webhook(path: &str, id: Option<String>, data: Value) -> Result<Event, Str
 }
 
 /// The event of one Iceberg commit the watcher saw.
-pub fn commit(catalog: &str, table: &str, snapshot: i64, data: Value) -> Result<Event, String> {
+pub fn commit(catalog: &str, table: &str, snapshot: i64, data: Value) -> Result<Event, EventError> {
     build(
         EventBuilderV10::new()
             .id(format!("{table}@{snapshot}"))

@@ -211,7 +211,7 @@ async fn webhook(s: &Arc<Scheduler>, p: &Parts, hook: &str, body: Bytes) -> Repl
         .map(str::to_owned);
     let e = match event::webhook(hook, id, data) {
         Ok(e) => e,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     match s.submit_to(d, "webhook", &e).await {
         Ok(job) => json_reply(StatusCode::ACCEPTED, &json!({"job": job})),
@@ -234,7 +234,7 @@ async fn dispatch(s: &Arc<Scheduler>, name: &str, body: &[u8]) -> Reply {
     };
     let e = match event::manual(d, data) {
         Ok(e) => e,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     match s.submit_to(d, "manual", &e).await {
         Ok(job) => json_reply(StatusCode::ACCEPTED, &json!({"job": job})),

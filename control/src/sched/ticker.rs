@@ -63,7 +63,8 @@ async fn tick(s: &Scheduler, c: &mut Cron, now: i64) -> Result<Option<i64>, Queu
         let d = &s.settings.deployments[c.deployment];
         let mut jobs = Vec::with_capacity(due.len());
         for iv in due {
-            let e = event::cron(d, c.index, &c.schedule, iv).map_err(QueueError)?;
+            let e =
+                event::cron(d, c.index, &c.schedule, iv).map_err(|e| QueueError(e.to_string()))?;
             jobs.push(NewJob {
                 id: event::job_id(&d.name, &e),
                 deployment: d.name.clone(),

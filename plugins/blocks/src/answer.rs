@@ -1,12 +1,11 @@
 //! The header of an answer the cache writes itself: 200/206/304 for a held version, and the
 //! validators a 412 carries.
 
-use floe_core::{S3Error, S3ErrorCode};
+use floe_core::S3Error;
 use floe_filter::FilterCtx;
 use pingora::http::ResponseHeader;
 
 use crate::mapping::Mapping;
-use crate::serve::internal;
 
 /// `err` with the ETag and Last-Modified of `map`, as S3 sends them on a 412.
 pub(crate) fn not_modified_headers(err: S3Error, map: &Mapping) -> S3Error {
@@ -41,7 +40,7 @@ pub(crate) fn response_header(
     ctx: &FilterCtx,
 ) -> Result<ResponseHeader, S3Error> {
     use http::header::{HeaderValue, ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, ETAG};
-    let e = |e: Box<pingora::Error>| internal(e);
+    let e = |e: Box<pingora::Error>| S3Error::internal(e);
     let mut r = ResponseHeader::build(status, Some(12)).map_err(e)?;
     // A 304 carries the version's validators and caching headers, no entity headers.
     let not_modified = status == 304;
@@ -87,7 +86,7 @@ pub(crate) fn response_header(
         r.insert_header(X_FLOE_NODE, n).map_err(e)?;
     }
     let id = HeaderValue::from_bytes(&hex16(ctx.request_id.as_u64()))
-        .map_err(|x| S3Error::new(S3ErrorCode::InternalError, "request id").caused_by(x))?;
+        .map_err(|x| S3Error::internal(format!("request id: {x}")))?;
     r.insert_header(X_AMZ_REQUEST_ID, id.clone()).map_err(e)?;
     r.insert_header(X_FLOE_REQUEST_ID, id).map_err(e)?;
     Ok(r)

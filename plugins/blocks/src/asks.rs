@@ -138,6 +138,11 @@ impl HeadDoc {
     }
 }
 
+/// Why a peer call is not a well-formed call of the block cache's service (answered 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a block-cache call: {0}")]
+pub struct WireError(pub String);
+
 /// One ask of the block cache's peer service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ask {
@@ -193,7 +198,7 @@ impl Ask {
 
     /// Decodes a request's method and path: `None` when it is not one of these asks (another
     /// call of the service), `Err` when it is one, malformed.
-    pub fn parse(method: &str, path: &str) -> Option<Result<Ask, String>> {
+    pub fn parse(method: &str, path: &str) -> Option<Result<Ask, WireError>> {
         let (route, query) = path.split_once('?').unwrap_or((path, ""));
         if method != "GET" || !matches!(route, "/head" | "/blocks" | "/hot") {
             return None;
@@ -204,9 +209,9 @@ impl Ask {
             .collect();
         q.sort_unstable();
         if q.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Some(Err(format!("{path}: a query key is repeated")));
+            return Some(Err(WireError(format!("{path}: a query key is repeated"))));
         }
-        Some(Self::fields(route, &q).ok_or_else(|| format!("malformed ask: {path}")))
+        Some(Self::fields(route, &q).ok_or_else(|| WireError(format!("malformed ask: {path}"))))
     }
 
     fn fields(route: &str, q: &[(&str, &str)]) -> Option<Ask> {

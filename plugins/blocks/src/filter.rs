@@ -22,7 +22,7 @@ use crate::forget::{tell_fleet, Forget};
 use crate::inflight::SingleFlight;
 use crate::mapping::{Mapping, MappingTable};
 use crate::reader::{BlockReader, Target};
-use crate::serve::{internal, Ask, ClientSink, InFlight, Opened};
+use crate::serve::{Ask, ClientSink, InFlight, Opened};
 
 /// Most keys the control plane can pin per route. Pins cost ~150 bytes each; a table with more
 /// live files than this keeps the least recently used ones on the path rules (which classify
@@ -212,7 +212,7 @@ impl BlockFilter {
         session
             .write_response_header(Box::new(resp), head || body_len == 0)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         if head || body_len == 0 {
             return Ok(true);
         }
@@ -227,7 +227,7 @@ impl BlockFilter {
         session
             .write_response_body(None, true)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         // Every byte this response's fills got from the origin, those after the header too.
         ctx.origin_bytes += reader.trail.origin_bytes();
         self.cache.access.record(Access {

@@ -18,6 +18,7 @@ use floe_core::fleet::{Fleet, PeerCall, PeerRef};
 use floe_core::recent::{RecentMembers, Seen, DEPARTED_WAIT};
 use serde::{Deserialize, Serialize};
 
+use crate::asks::WireError;
 use crate::cache::BlockCache;
 use crate::filter::BlockFilter;
 
@@ -94,11 +95,14 @@ impl Forget {
     }
 
     /// Reads one from a call; `Err` names what is wrong.
-    pub fn decode(call: &PeerCall) -> Result<Self, String> {
+    pub fn decode(call: &PeerCall) -> Result<Self, WireError> {
         if call.method != "POST" || call.path != FORGET_PATH {
-            return Err(format!("no such call: {} {}", call.method, call.path));
+            return Err(WireError(format!(
+                "no such call: {} {}",
+                call.method, call.path
+            )));
         }
-        serde_json::from_slice(&call.body).map_err(|e| format!("bad forget body: {e}"))
+        serde_json::from_slice(&call.body).map_err(|e| WireError(format!("bad forget body: {e}")))
     }
 }
 

@@ -241,7 +241,7 @@ impl BlockFilter {
                 }
                 // An error answer, not the origin's: the bytes may be a staged write the
                 // origin does not have yet, so passing could serve an older version.
-                Err(e) => return Err(Err(internal_serve(e))),
+                Err(e) => return Err(Err(S3Error::internal(e))),
             }
         }
         opened.reader.claim_ahead(opened.head.next).await;
@@ -286,7 +286,7 @@ impl BlockFilter {
         let (b0, b1) = blocks_of(first, last, self.cache.settings.block_bytes);
         let next = head.next.max(b0);
         if let Err(e) = head.drain(sink).await {
-            return Err(internal_serve(e));
+            return Err(S3Error::internal(e));
         }
         for i in next..=b1 {
             if let Err(e) = reader.serve(i, sink).await {
@@ -332,20 +332,4 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-fn internal_serve(e: ServeError) -> S3Error {
-    S3Error::new(
-        S3ErrorCode::InternalError,
-        "We encountered an internal error. Please try again.",
-    )
-    .caused_by(e)
-}
-
-pub(crate) fn internal(e: Box<pingora::Error>) -> S3Error {
-    S3Error::new(
-        S3ErrorCode::InternalError,
-        "We encountered an internal error. Please try again.",
-    )
-    .caused_by(e)
 }

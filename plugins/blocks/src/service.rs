@@ -138,7 +138,7 @@ impl PeerService for BlocksService {
             }
             Some(Ok(Ask::Blocks(ask))) => self.blocks(ask).await,
             Some(Ok(Ask::Hot { bucket, limit })) => self.hot(&bucket, limit),
-            Some(Err(why)) => refused(&PeerError::Refused(why)),
+            Some(Err(why)) => refused(&PeerError::Refused(why.to_string())),
             None => {
                 let body = match request
                     .body
@@ -185,7 +185,7 @@ impl PeerService for BlocksService {
             }
             Err(why) => PeerReply {
                 status: 400,
-                body: why.into(),
+                body: why.to_string().into(),
             },
         }
     }

@@ -156,6 +156,11 @@ impl std::error::Error for S3Error {
     }
 }
 
+/// The cause of an [`S3Error::internal`], as its text.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Internal(String);
+
 impl S3Error {
     /// An error with a code and message.
     pub fn new(code: S3ErrorCode, message: impl Into<String>) -> Self {
@@ -165,6 +170,16 @@ impl S3Error {
             headers: Vec::new(),
             cause: None,
         }
+    }
+
+    /// S3's 500 with its generic message, caused by `cause` (logged, never shown to the
+    /// client: S3 does not tell a client what failed inside it).
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        Self::new(
+            S3ErrorCode::InternalError,
+            "We encountered an internal error. Please try again.",
+        )
+        .caused_by(Internal(cause.to_string()))
     }
 
     /// S3's 416 for an object of `size` bytes, with the `Content-Range: bytes */SIZE` it sends.

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use floe_core::checksum::Checksum;
-use floe_core::{S3Error, S3ErrorCode};
+use floe_core::S3Error;
 use md5::{Digest, Md5};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -102,7 +102,7 @@ pub fn of_write(md5: String, parts: &[Part], size: u64) -> Result<String, S3Erro
     if parts.is_empty() {
         return Ok(md5);
     }
-    let internal = |why: &str| S3Error::new(S3ErrorCode::InternalError, why.to_owned());
+    let internal = |why: &str| S3Error::internal(why);
     if parts.iter().map(|p| p.size).sum::<u64>() != size {
         return Err(internal("the parts do not add up to the completed object"));
     }

@@ -24,8 +24,7 @@ use crate::node::Node;
 use crate::propagate::origin_of;
 use crate::propagate::Origins;
 use crate::session_body::{
-    body_size, continue_body, expected_digests, header, internal, kept_headers, origin_only,
-    SessionBody,
+    body_size, continue_body, expected_digests, header, kept_headers, origin_only, SessionBody,
 };
 use crate::settle::Settled;
 use crate::stage::Object;
@@ -108,18 +107,19 @@ impl WritebackFilter {
         let mode = settled.as_str();
         metrics::put(mode, started.elapsed());
         ctx.ext.insert(Mode(mode));
-        let mut resp = ResponseHeader::build(200, Some(4)).map_err(internal)?;
-        resp.insert_header("etag", etag).map_err(internal)?;
+        let mut resp = ResponseHeader::build(200, Some(4)).map_err(S3Error::internal)?;
+        resp.insert_header("etag", etag)
+            .map_err(S3Error::internal)?;
         resp.insert_header("content-length", "0")
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         resp.insert_header("x-floe-writeback", mode)
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         session
             .write_response_header(Box::new(resp), true)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         Ok(true)
     }
 
@@ -163,7 +163,7 @@ impl WritebackFilter {
                 session
                     .write_response_header(Box::new(resp), true)
                     .await
-                    .map_err(internal)?;
+                    .map_err(S3Error::internal)?;
                 return Ok(true);
             }
         }
@@ -175,15 +175,16 @@ impl WritebackFilter {
         let len = if size == 0 { 0 } else { last + 1 - first };
         let mut resp = staged_header(status, &r, last_modified, ctx)?;
         resp.insert_header("content-length", len.to_string())
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         resp.insert_header("accept-ranges", "bytes")
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         if status == 206 {
             resp.insert_header("content-range", format!("bytes {first}-{last}/{size}"))
-                .map_err(internal)?;
+                .map_err(S3Error::internal)?;
         }
         for (k, v) in r.headers.iter().filter(|(k, _)| k != "last-modified") {
-            resp.append_header(k.clone(), v.clone()).map_err(internal)?;
+            resp.append_header(k.clone(), v.clone())
+                .map_err(S3Error::internal)?;
         }
         ctx.cache = Some("writeback");
         let body_follows = !head && len > 0;
@@ -205,7 +206,7 @@ impl WritebackFilter {
         session
             .write_response_header(Box::new(resp), !body_follows)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         if !body_follows {
             return Ok(true);
         }
@@ -213,13 +214,13 @@ impl WritebackFilter {
             session
                 .write_response_body(Some(b), false)
                 .await
-                .map_err(internal)?;
+                .map_err(S3Error::internal)?;
             piece = stream.next().await.map_err(unreadable)?;
         }
         session
             .write_response_body(None, true)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
         Ok(true)
     }
 }
@@ -238,15 +239,15 @@ fn staged_header(
     last_modified: String,
     ctx: &FilterCtx,
 ) -> Result<ResponseHeader, S3Error> {
-    let mut resp = ResponseHeader::build(status, Some(8)).map_err(internal)?;
+    let mut resp = ResponseHeader::build(status, Some(8)).map_err(S3Error::internal)?;
     resp.insert_header("etag", r.etag.as_str())
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     resp.insert_header("last-modified", last_modified)
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     resp.insert_header("x-floe-writeback", "dirty")
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     Ok(resp)
 }
 
@@ -440,14 +441,14 @@ impl RequestFilter for WritebackFilter {
     ) -> Result<(), S3Error> {
         if let Some(Mode(m)) = ctx.ext.get::<Mode>() {
             resp.insert_header("x-floe-writeback", *m)
-                .map_err(internal)?;
+                .map_err(S3Error::internal)?;
         }
         if ctx.ext.get::<ListMerge>().is_some() {
             if resp.status.as_u16() == 200 {
                 // The merged page has another length.
                 resp.remove_header("content-length");
                 resp.insert_header("transfer-encoding", "chunked")
-                    .map_err(internal)?;
+                    .map_err(S3Error::internal)?;
             } else {
                 ctx.ext.remove::<ListMerge>();
             }

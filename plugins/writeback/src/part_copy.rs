@@ -11,7 +11,7 @@ use pingora::proxy::Session;
 
 use crate::filter::WritebackFilter;
 use crate::propagate::origin_of;
-use crate::session_body::{header, internal};
+use crate::session_body::header;
 use crate::stage::{BodySource, Object};
 use crate::upload::{answer, part_number};
 
@@ -35,7 +35,7 @@ impl WritebackFilter {
         let source = CopySource::parse(header(session, "x-amz-copy-source").unwrap_or(""))?;
         // The proxy allows another bucket only on this route's origin: this reader reads it.
         let origin = origin_of(&self.origins, &self.bucket)
-            .ok_or_else(|| internal("no origin for the route"))?;
+            .ok_or_else(|| S3Error::internal("no origin for the route"))?;
         let head = source_head(&*origin, &source).await?;
         check_source_conditions(session, &head)?;
         let (first, last) = source_range(header(session, "x-amz-copy-source-range"), head.size)?;

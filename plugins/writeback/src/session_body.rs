@@ -21,10 +21,6 @@ const KEPT: &[&str] = &[
     "expires",
 ];
 
-pub(crate) fn internal(e: impl std::fmt::Display) -> S3Error {
-    S3Error::new(S3ErrorCode::InternalError, e.to_string())
-}
-
 /// The request body through the route's body stage (SigV4 chunk checks, aws-chunked decoding).
 pub(crate) struct SessionBody<'a> {
     session: &'a mut Session,
@@ -99,11 +95,11 @@ pub(crate) async fn continue_body(
         return Ok(Some(session.get_retry_buffer().unwrap_or_default()));
     }
     if header(session, "expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) {
-        let cont = ResponseHeader::build(100, Some(0)).map_err(internal)?;
+        let cont = ResponseHeader::build(100, Some(0)).map_err(S3Error::internal)?;
         session
             .write_response_header(Box::new(cont), false)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
     }
     Ok(None)
 }

@@ -88,8 +88,7 @@ impl Node {
     /// to answer.
     pub async fn sync(self: &Arc<Self>, r: Record) -> Result<String, S3Error> {
         let origin = self.origins.get().and_then(|o| origin_of(o, &r.bucket));
-        let origin = origin
-            .ok_or_else(|| S3Error::new(S3ErrorCode::InternalError, "no origin for the route"))?;
+        let origin = origin.ok_or_else(|| S3Error::internal("no origin for the route"))?;
         let r = Arc::new(r);
         let result = upload(self, &*origin, &r).await;
         self.free(&r).await;

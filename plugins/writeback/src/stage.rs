@@ -66,10 +66,6 @@ pub struct Object<'a> {
     pub parts: Vec<crate::journal::Part>,
 }
 
-fn internal(why: impl std::fmt::Display) -> S3Error {
-    S3Error::new(S3ErrorCode::InternalError, why.to_string())
-}
-
 impl Node {
     /// The order stamp of a new write of `bucket`/`key` (last acknowledged write wins): the
     /// wall clock, but always past the write of the key this node indexes. Every node indexes
@@ -270,17 +266,19 @@ impl Node {
             etag.update(piece).await;
             while buf.len() >= stripe || (total == geo.size && !buf.is_empty()) {
                 let data = buf.split_to(stripe.min(buf.len())).freeze();
-                let mut e = enc.take().ok_or_else(|| internal("encoder lost"))?;
+                let mut e = enc
+                    .take()
+                    .ok_or_else(|| S3Error::internal("encoder lost"))?;
                 let (e, shards) = tokio::task::spawn_blocking(move || {
                     let s = e.encode(j, &data);
                     (e, s)
                 })
                 .await
-                .map_err(internal)?;
+                .map_err(S3Error::internal)?;
                 enc = Some(e);
                 // A fleet narrower than k + m (but at least w) places fewer fragments than
                 // the codec makes: the rest are erasures from the start.
-                let shards = shards.map_err(internal)?;
+                let shards = shards.map_err(S3Error::internal)?;
                 for ((tx, header), shard) in senders.iter_mut().zip(&headers).zip(shards) {
                     let piece = if j == 0 {
                         [header.clone(), shard].concat().into()
@@ -300,7 +298,7 @@ impl Node {
         }
         // Checked before any fragment commits: a body that is not what its client hashed is
         // never acknowledged (BadDigest), its fragments are abandoned.
-        let hashed = etag.finish().await.map_err(internal)?;
+        let hashed = etag.finish().await.map_err(S3Error::internal)?;
         expected.verify(&hashed.etag, hashed.checksum.as_deref())?;
         Ok(hashed.etag)
     }
@@ -371,8 +369,8 @@ impl Node {
         let store = self.store.clone();
         let acked = tokio::task::spawn_blocking(move || store.journal.commit(record, q))
             .await
-            .map_err(internal)?
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?
+            .map_err(S3Error::internal)?;
         // Not propagated before its request freed the write it overtakes (see `settle`).
         self.set_settling(acked.record.id, true);
         self.replicate(&acked.record).await;

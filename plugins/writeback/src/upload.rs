@@ -9,9 +9,7 @@ use pingora::proxy::Session;
 use crate::filter::WritebackFilter;
 use crate::multipart::{chosen_parts, parse_complete, PartsBody, PREFIX};
 use crate::propagate::origin_of;
-use crate::session_body::{
-    body_size, continue_body, internal, kept_headers, origin_only, SessionBody,
-};
+use crate::session_body::{body_size, continue_body, kept_headers, origin_only, SessionBody};
 use crate::stage::{BodySource, Object};
 
 /// Largest CompleteMultipartUpload body read (10,000 parts of ~100 bytes).
@@ -56,28 +54,30 @@ pub(crate) async fn answer(
     headers: &[(&'static str, String)],
     body: String,
 ) -> Result<bool, S3Error> {
-    let mut resp = ResponseHeader::build(status, Some(4 + headers.len())).map_err(internal)?;
+    let mut resp =
+        ResponseHeader::build(status, Some(4 + headers.len())).map_err(S3Error::internal)?;
     resp.insert_header("content-length", body.len().to_string())
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     if !body.is_empty() {
         resp.insert_header("content-type", "application/xml")
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
     }
     for (k, v) in headers {
-        resp.insert_header(*k, v.as_str()).map_err(internal)?;
+        resp.insert_header(*k, v.as_str())
+            .map_err(S3Error::internal)?;
     }
     resp.insert_header("x-amz-request-id", ctx.request_id.to_string())
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     let empty = body.is_empty();
     session
         .write_response_header(Box::new(resp), empty)
         .await
-        .map_err(internal)?;
+        .map_err(S3Error::internal)?;
     if !empty {
         session
             .write_response_body(Some(Bytes::from(body)), true)
             .await
-            .map_err(internal)?;
+            .map_err(S3Error::internal)?;
     }
     Ok(true)
 }
@@ -104,7 +104,7 @@ impl WritebackFilter {
         );
         let id = tokio::task::spawn_blocking(move || node.uploads.create(up))
             .await
-            .map_err(internal)??;
+            .map_err(S3Error::internal)??;
         let body = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<InitiateMultipartUploadResult xmlns=\"{NS}\"><Bucket>{}</Bucket><Key>{}</Key><UploadId>{id}</UploadId></InitiateMultipartUploadResult>",
             xml_escape(&self.bucket),
@@ -198,7 +198,7 @@ impl WritebackFilter {
         let (node, upload) = (self.node.clone(), id.to_owned());
         let old = tokio::task::spawn_blocking(move || node.uploads.put_part(&upload, n, record))
             .await
-            .map_err(internal)??;
+            .map_err(S3Error::internal)??;
         if let Some(old) = old {
             self.node.free(&old).await;
         }
@@ -298,12 +298,12 @@ impl WritebackFilter {
         body: PartsBody,
     ) -> Result<String, S3Error> {
         let origin = origin_of(&self.origins, &self.bucket);
-        let origin = origin.ok_or_else(|| internal("no origin for the route"))?;
+        let origin = origin.ok_or_else(|| S3Error::internal("no origin for the route"))?;
         let (b, k) = (
-            floe_core::BucketName::parse(&self.bucket).map_err(internal)?,
-            floe_core::ObjectKey::parse(key).map_err(internal)?,
+            floe_core::BucketName::parse(&self.bucket).map_err(S3Error::internal)?,
+            floe_core::ObjectKey::parse(key).map_err(S3Error::internal)?,
         );
-        let spans = crate::journal::spans(parts).map_err(internal)?;
+        let spans = crate::journal::spans(parts).map_err(S3Error::internal)?;
         let etag = origin
             .put_parts(&b, &k, headers, &spans, Box::new(body))
             .await
