@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use floe_core::fleet::{Payload, PeerError, PeerRef, PeerRequest, Transport};
-use floe_core::uri::{decode_strict, uri_encode};
+use floe_core::uri::{decode_strict, unique_pairs, uri_encode};
 use floe_core::{ByteStream, ETag, ObjectHead};
 use serde::{Deserialize, Serialize};
 
@@ -203,14 +203,9 @@ impl Ask {
         if method != "GET" || !matches!(route, "/head" | "/blocks" | "/hot") {
             return None;
         }
-        let mut q: Vec<(&str, &str)> = query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .collect();
-        q.sort_unstable();
-        if q.windows(2).any(|w| w[0].0 == w[1].0) {
+        let Some(q) = unique_pairs(query) else {
             return Some(Err(WireError(format!("{path}: a query key is repeated"))));
-        }
+        };
         Some(Self::fields(route, &q).ok_or_else(|| WireError(format!("malformed ask: {path}"))))
     }
 

@@ -31,3 +31,14 @@ pub fn decode_strict(s: &str) -> Option<String> {
 pub fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
+
+/// The `key=value` pairs of a query (still encoded), sorted by key; `None` when a key is
+/// repeated (a call between nodes names each field once, so a repeat is a forged or broken one).
+pub fn unique_pairs(query: &str) -> Option<Vec<(&str, &str)>> {
+    let mut pairs: Vec<(&str, &str)> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    pairs.sort_unstable();
+    (!pairs.windows(2).any(|w| w[0].0 == w[1].0)).then_some(pairs)
+}

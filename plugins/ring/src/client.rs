@@ -89,7 +89,7 @@ impl PeerClient {
         request: PeerRequest,
         wait: Duration,
     ) -> Result<PeerResponse, PeerError> {
-        let kind = kind_of(&request.path);
+        let kind = kind_of(&request.path).to_owned();
         let started = Instant::now();
         let r = tokio::time::timeout(wait, self.open_inner(peer, service, request))
             .await

@@ -163,7 +163,7 @@ impl PeerApi {
         let svc = self.services.read().ok().and_then(|s| s.get(name).cloned());
         let Some(svc) = svc else {
             // Not mounted (yet: a node starting up): a 404 would read as the service's own.
-            metrics::with(|m| m.served.with_label_values(&[&kind, "unavailable"]).inc());
+            metrics::with(|m| m.served.with_label_values(&[kind, "unavailable"]).inc());
             return plain(503, "no such service here");
         };
         let mut body = Unframed {
@@ -194,7 +194,7 @@ impl PeerApi {
             None => answer.note.as_str(),
             Some(e) => e.label(),
         };
-        metrics::with(|m| m.served.with_label_values(&[&kind, result]).inc());
+        metrics::with(|m| m.served.with_label_values(&[kind, result]).inc());
         self.respond(nonce, answer)
     }
 

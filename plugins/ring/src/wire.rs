@@ -107,14 +107,18 @@ pub fn verify(
 }
 
 /// The call's name in metrics: the first segment below the service (`blocks`, `frag`, ...).
-pub fn kind_of(below: &str) -> String {
+pub fn kind_of(below: &str) -> &str {
     let path = below.split('?').next().unwrap_or("");
     let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
     if first.is_empty() {
-        "call".to_owned()
-    } else {
-        first.chars().take(32).collect()
+        return "call";
     }
+    // At most 32 bytes (a label, not a path), cut at a character boundary.
+    let mut end = first.len().min(32);
+    while !first.is_char_boundary(end) {
+        end -= 1;
+    }
+    &first[..end]
 }
 
 /// Whether an answer of `status` has no body at all in HTTP (1xx, 204, 304): it then carries

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use floe_core::fleet::PeerCall;
-use floe_core::uri::{decode_strict, uri_encode};
+use floe_core::uri::{decode_strict, unique_pairs, uri_encode};
 
 use crate::id::ObjectId;
 
@@ -119,14 +119,7 @@ impl Call {
     pub fn parse(method: &str, path: &str) -> Result<Call, WireError> {
         let bad = |why: &str| WireError(format!("{method} {path}: {why}"));
         let (route, query) = path.split_once('?').unwrap_or((path, ""));
-        let mut q: Vec<(&str, &str)> = query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .collect();
-        q.sort_unstable();
-        if q.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err(bad("a query key is repeated"));
-        }
+        let q = unique_pairs(query).ok_or_else(|| bad("a query key is repeated"))?;
         let get = |k: &str| q.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
         let num = |k: &str| -> Result<u64, WireError> {
             get(k)
