@@ -19,7 +19,7 @@ fn check<T>(file: &str, got: Result<T, floe_core::config::ConfigError>) -> Optio
 }
 
 fuzz_target!(|text: &str| {
-    let proxy = |t: &str| check("proxy.yaml", floe_proxy::runtime::parse("proxy.yaml", t, &env));
+    let proxy = |t: &str| check("proxy.yaml", floe_proxy::config::settings::parse("proxy.yaml", t, &env));
     let control =
         |t: &str| check("control.yaml", floe_control::config::parse("control.yaml", t, &env));
     assert_eq!(proxy(text), proxy(text), "the proxy's loader is not deterministic");

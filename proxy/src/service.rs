@@ -13,10 +13,10 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 
 use crate::catalog::CatalogRoute;
-use crate::mode::{Ctx, Mode, ModeKind};
+use crate::modes::s3::S3Mode;
+use crate::modes::{Ctx, Mode, ModeKind};
+use crate::ops::{metrics, otel};
 use crate::routes::RouteTable;
-use crate::s3::S3Mode;
-use crate::{metrics, otel};
 
 /// The S3 proxy (and the catalog route, when configured).
 pub struct FloeProxy {

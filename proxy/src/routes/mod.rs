@@ -1,6 +1,9 @@
 //! The route table: which bucket a request addresses (path-style or virtual-host), and the
 //! route (origin, client keys, filter chain) that serves it.
 
+pub mod bucket_match;
+pub mod patterns;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -9,10 +12,10 @@ use floe_filter::plugin::{RouteCx, StartError};
 use floe_filter::RequestFilter;
 
 use crate::chain::Plugins;
+use crate::config::settings::RouteSpec;
+use crate::origin::reader::PingoraOriginReader;
 use crate::origin::Origin;
-use crate::origin_reader::PingoraOriginReader;
-use crate::route_patterns::PatternRoute;
-use crate::runtime::RouteSpec;
+use crate::routes::patterns::PatternRoute;
 
 /// One route, built once from config (for a pattern route: once per bucket it served).
 pub struct Route {
@@ -86,7 +89,7 @@ pub struct RouteTable {
     /// The authentication stage over all client keys.
     pub any_client: Arc<dyn RequestFilter>,
     /// Origins' bucket lists (ListBuckets).
-    pub origin_buckets: crate::bucket_list::OriginBuckets,
+    pub origin_buckets: crate::modes::bucket_list::OriginBuckets,
 }
 
 impl RouteTable {

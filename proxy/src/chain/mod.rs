@@ -17,7 +17,7 @@ use floe_filter::plugin::{
 use floe_filter::RequestFilter;
 use pingora::services::ServiceWithDependents;
 
-use crate::runtime::{RouteSpec, AUTH_STAGE};
+use crate::config::settings::{RouteSpec, AUTH_STAGE};
 
 /// Validated plugin configurations by name, in chain order.
 pub type ConfiguredPlugins = Vec<(&'static str, Box<dyn Configured>)>;
@@ -147,5 +147,4 @@ impl Plugins {
 }
 
 #[cfg(test)]
-#[path = "chain_tests.rs"]
 mod tests;

@@ -20,9 +20,9 @@ use pingora::services::background::BackgroundService;
 use prometheus::{register_int_counter_vec, IntCounterVec};
 
 use crate::chain::Plugins;
+use crate::config::settings::{load, OriginPlace};
 use crate::origin::Origin;
 use crate::routes::RouteTable;
-use crate::runtime::{self, OriginPlace};
 
 /// Reloads by result (`ok`, `error`).
 static RELOADS: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
@@ -64,7 +64,7 @@ impl Reloader {
 
     /// Reads, validates and swaps in the file's routes; returns how many routes it has.
     pub fn reload(&self) -> Result<usize, String> {
-        let settings = runtime::load(&self.path).map_err(|e| e.to_string())?;
+        let settings = load(&self.path).map_err(|e| e.to_string())?;
         let mut running = self
             .origins
             .lock()

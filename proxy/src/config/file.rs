@@ -1,5 +1,5 @@
 //! The external configuration: what operators write in YAML. Every section refuses unknown
-//! keys, every default is named and says why. [`crate::runtime`] turns this into the runtime
+//! keys, every default is named and says why. [`crate::config::settings`] turns this into the runtime
 //! form (resolved secrets, parsed URLs) and is where cross-field rules are checked.
 
 use std::collections::BTreeMap;

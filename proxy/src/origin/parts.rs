@@ -7,7 +7,7 @@ use base64::Engine;
 use bytes::Bytes;
 use floe_core::{BucketName, ByteStream, ETag, ObjectKey, OriginError, PartSpan};
 
-use crate::origin_reader::PingoraOriginReader;
+use crate::origin::reader::PingoraOriginReader;
 
 /// Largest answer read from a create or complete call (they are a few hundred bytes).
 const MAX_ANSWER: usize = 64 << 10;
@@ -80,7 +80,7 @@ impl PingoraOriginReader {
                 let (session, peer, _permit, status) = self
                     .send_body(bucket, (key, &query), "PUT", &extra, Some(&mut piece))
                     .await?;
-                let etag = crate::origin_reader::header(&session, "etag");
+                let etag = crate::origin::reader::header(&session, "etag");
                 let (session, _) = drain(session).await?;
                 self.release(session, &peer).await;
                 (status, etag)

@@ -11,9 +11,9 @@ use floe_core::BucketName;
 use floe_filter::plugin::StartError;
 
 use crate::chain::Plugins;
+use crate::config::settings::RouteSpec;
 use crate::origin::Origin;
 use crate::routes::Route;
-use crate::runtime::RouteSpec;
 
 /// Buckets one pattern route keeps built routes for. Past it, a bucket's route is built for
 /// each request and not kept: a client naming endless matching buckets cannot grow memory

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use floe_core::config::ConfigCx as Ctx;
 use floe_core::S3Op;
 
-use crate::bucket_match::BucketMatch;
+use crate::routes::bucket_match::BucketMatch;
 
-use crate::config::{AnonymousSection, FileConfig};
-use crate::runtime::{ConfigError, OriginSpec, RouteSpec, AUTH_STAGE};
+use crate::config::file::{AnonymousSection, FileConfig};
+use crate::config::settings::{ConfigError, OriginSpec, RouteSpec, AUTH_STAGE};
 
 /// Validates every route against the origins and the plugins' names.
 pub fn routes(

@@ -1,6 +1,11 @@
 //! An origin at run time: where it is, how requests to it are signed, how many may be in
 //! flight, and whether it is considered down (circuit breaker).
 
+pub mod embedded;
+pub mod hedge;
+pub mod parts;
+pub mod reader;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,8 +22,8 @@ use pingora::http::RequestHeader;
 use pingora::upstreams::peer::HttpPeer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::Addressing;
-use crate::runtime::OriginSpec;
+use crate::config::file::Addressing;
+use crate::config::settings::OriginSpec;
 
 /// How long a request may wait for a slot under an origin's concurrency bound before it is
 /// answered 503 SlowDown.
@@ -116,7 +121,7 @@ pub struct Origin {
     /// The circuit breaker.
     pub breaker: Breaker,
     /// Hedged fills, when on.
-    pub hedge: Option<crate::hedge::Hedge>,
+    pub hedge: Option<crate::origin::hedge::Hedge>,
 }
 
 impl Origin {
@@ -153,7 +158,7 @@ impl Origin {
             connect_timeout: Duration::from_millis(spec.connect_timeout_ms),
             read_timeout: Duration::from_millis(spec.read_timeout_ms),
             breaker: Breaker::new(spec.breaker_failures, spec.breaker_open_ms),
-            hedge: spec.hedge.map(crate::hedge::Hedge::new),
+            hedge: spec.hedge.map(crate::origin::hedge::Hedge::new),
         }
     }
 

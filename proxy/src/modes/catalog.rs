@@ -8,8 +8,8 @@ use pingora::prelude::*;
 use pingora::proxy::Session;
 
 use crate::catalog::CatalogRoute;
-use crate::mode::{Ctx, Mode};
-use crate::respond;
+use crate::modes::respond;
+use crate::modes::{Ctx, Mode};
 
 fn no_req() -> Box<Error> {
     Error::explain(

@@ -69,7 +69,7 @@ pub static RANGE_READS: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
 });
 
 /// Counts one hedged-origin ranged read.
-pub fn range_read(origin: &str, outcome: crate::hedge::Outcome) {
+pub fn range_read(origin: &str, outcome: crate::origin::hedge::Outcome) {
     if let Some(c) = RANGE_READS.as_ref() {
         c.with_label_values(&[origin, outcome.label()]).inc();
     }
@@ -179,7 +179,7 @@ impl ServeHttp for MetricsApp {
         let uri = &session.req_header().uri;
         let (path, query) = (uri.path().to_owned(), uri.query().unwrap_or("").to_owned());
         let headers = session.req_header().headers.clone();
-        if let Some(r) = crate::probes::answer(&path, &query, &headers).await {
+        if let Some(r) = crate::ops::probes::answer(&path, &query, &headers).await {
             return r;
         }
         let mut buf = Vec::new();

@@ -12,8 +12,8 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use tokio::sync::mpsc;
 
-use crate::mode::Ctx;
-use crate::origin_reader::PingoraOriginReader;
+use crate::modes::Ctx;
+use crate::origin::reader::PingoraOriginReader;
 use crate::routes::Route;
 
 /// Pieces in flight between the client's body and the origin's PUT.

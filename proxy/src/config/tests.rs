@@ -1,6 +1,6 @@
 //! Config validation: the shipped configs load, broken ones name file, key and reason.
 
-use super::runtime::{parse, ConfigError};
+use super::settings::{parse, ConfigError};
 
 const BASE: &str = "server:\n  listeners:\n    - address: 127.0.0.1:9000\n";
 
@@ -45,7 +45,7 @@ fn wrongkey_fixture_names_file_key_and_reason() {
         env!("CARGO_MANIFEST_DIR"),
         "/../conf/testdata/wrongkey.yaml"
     );
-    let e = super::runtime::load(std::path::Path::new(path)).unwrap_err();
+    let e = super::settings::load(std::path::Path::new(path)).unwrap_err();
     assert!(e.file.ends_with("wrongkey.yaml"));
     assert!(e.to_string().contains("endpont"), "{e}");
 }

@@ -15,7 +15,7 @@ use floe_filter::plugin::{
 use floe_filter::{FilterCtx, RequestFilter};
 
 use super::*;
-use crate::runtime::parse_with;
+use crate::config::settings::parse_with;
 
 /// Counts the request-body bytes of every route it is on and rejects bodies over a limit.
 struct Toy {
@@ -170,7 +170,7 @@ fn every_plugin_section_is_a_key_the_proxy_accepts() {
         for section in f.sections() {
             let yaml = format!("{YAML}{section}: ~\n").replace("[sigv4, toy]", "[sigv4]");
             let env = |_: &str| None;
-            let r = crate::runtime::parse("t.yaml", &yaml, &env);
+            let r = crate::config::settings::parse("t.yaml", &yaml, &env);
             assert!(
                 r.as_ref().err().is_none_or(|e| e.key != "(yaml)"),
                 "{section}: {:?}",

@@ -9,7 +9,9 @@ pub use floe_core::config::ConfigError;
 
 use floe_filter::plugin::PluginFactory;
 
-use crate::config::{Addressing, BreakerSection, CredentialsSection, FileConfig, OriginSection};
+use crate::config::file::{
+    Addressing, BreakerSection, CredentialsSection, FileConfig, OriginSection,
+};
 
 /// The stage every route runs first: nothing happens before a request is verified.
 pub const AUTH_STAGE: &str = "sigv4";
@@ -81,14 +83,14 @@ pub struct OriginSpec {
     /// Breaker open time.
     pub breaker_open_ms: u64,
     /// Hedged fills, when on.
-    pub hedge: Option<crate::hedge::Policy>,
+    pub hedge: Option<crate::origin::hedge::Policy>,
 }
 
 /// A route, validated.
 #[derive(Debug, Clone)]
 pub struct RouteSpec {
     /// The bucket, or a pattern of them.
-    pub bucket: crate::bucket_match::BucketMatch,
+    pub bucket: crate::routes::bucket_match::BucketMatch,
     /// Origin name.
     pub origin: String,
     /// Operations unsigned requests may use (empty: none).
@@ -188,7 +190,7 @@ pub fn parse_with(
         origins.insert(name.clone(), origin(&cx, name, o)?);
     }
     let names: Vec<&str> = factories.iter().map(|f| f.name()).collect();
-    let routes = crate::route_config::routes(&cx, &raw, &origins, &names)?;
+    let routes = crate::config::routes::routes(&cx, &raw, &origins, &names)?;
     let plugins = crate::chain::configure(&cx, text, &routes, factories)?;
     let admin = match &raw.admin {
         None => None,
@@ -349,8 +351,8 @@ fn origin(cx: &Ctx<'_>, name: &str, o: &OriginSection) -> Result<OriginSpec, Con
 fn hedge_policy(
     cx: &Ctx<'_>,
     key: &str,
-    h: &crate::config::HedgeSection,
-) -> Result<crate::hedge::Policy, ConfigError> {
+    h: &crate::config::file::HedgeSection,
+) -> Result<crate::origin::hedge::Policy, ConfigError> {
     if !(50.0..=99.9).contains(&h.percentile) {
         return Err(cx.err(
             format!("{key}.hedge.percentile"),
@@ -366,7 +368,7 @@ fn hedge_policy(
     if h.after_ms == Some(0) {
         return Err(cx.err(format!("{key}.hedge.after_ms"), "must be at least 1"));
     }
-    Ok(crate::hedge::Policy {
+    Ok(crate::origin::hedge::Policy {
         after: h.after_ms.map(std::time::Duration::from_millis),
         quantile: h.percentile / 100.0,
         max_share: h.max_share,

@@ -366,7 +366,7 @@ impl OriginReader for PingoraOriginReader {
         let (r, outcome) = hedge
             .run(move || self.range_once(bucket, (key, ""), etag, (first, last)))
             .await;
-        crate::metrics::range_read(&self.origin.name, outcome);
+        crate::ops::metrics::range_read(&self.origin.name, outcome);
         r
     }
 }

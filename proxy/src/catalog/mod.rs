@@ -6,6 +6,8 @@
 //! control plane purges a namespace when it sees a commit made elsewhere. The catalog stays the
 //! system of record: entries also expire after `ttl`.
 
+pub mod index;
+
 use std::time::{Duration, Instant, SystemTime};
 
 use floe_core::config::{ConfigCx, ConfigError};
@@ -19,11 +21,11 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use sha2::{Digest, Sha256};
 
-use crate::catalog_index::{ScopeIndex, MAX_INDEXED};
-use crate::config::CatalogSection;
-use crate::runtime::RouteSpec;
+use crate::catalog::index::{ScopeIndex, MAX_INDEXED};
+use crate::config::file::CatalogSection;
+use crate::config::settings::RouteSpec;
 
-/// The catalog route's settings (validated by runtime.rs).
+/// The catalog route's settings (validated in `crate::config::settings`).
 #[derive(Debug, Clone)]
 pub struct CatalogSpec {
     /// Path prefix, e.g. `/catalog`.

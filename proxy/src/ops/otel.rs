@@ -22,7 +22,7 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use crate::metrics::Finished;
+use crate::ops::metrics::Finished;
 
 struct Otel {
     tracer: SdkTracer,

@@ -14,10 +14,10 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
-use crate::metrics;
-use crate::mode::{fail, Ctx, Mode};
+use crate::modes::respond;
+use crate::modes::{fail, Ctx, Mode};
+use crate::ops::metrics;
 use crate::origin::QUEUE_WAIT;
-use crate::respond;
 use crate::routes::{Route, RouteTable};
 
 /// S3 requests on the route table.
@@ -158,7 +158,7 @@ impl S3Mode {
             ));
         }
         if ctx.f.op == S3Op::PostObject {
-            ctx.status = crate::post::forward(session, ctx, &route).await?;
+            ctx.status = crate::modes::post::forward(session, ctx, &route).await?;
             return Ok(true);
         }
         Ok(false)

@@ -3,6 +3,12 @@
 //! come next. Each kind implements [`Mode`], the Pingora phases it takes part in, and the
 //! service delegates every phase to the request's mode: no phase asks "which route is this".
 
+pub mod bucket_list;
+pub mod catalog;
+pub mod post;
+pub mod respond;
+pub mod s3;
+
 use std::time::Instant;
 
 use async_trait::async_trait;
