@@ -35,7 +35,11 @@ def test_5gib_put_and_get_stream(floe, direct):
 
     url = f"http://127.0.0.1:{floe.port}/{BUCKET}/big/5gib"
     req = sign("PUT", url, headers={"Content-Length": str(SIZE)}, payload="UNSIGNED-PAYLOAD")
-    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=600))
+    # urllib3 sends a body under the connect timeout. At 5 s one CI run timed out mid-body (the
+    # first test of the run, MinIO writing 5 GiB behind the relay; the same build passed here,
+    # 45 MiB peak RSS): 60 s lets the origin's disk stall without hiding a proxy that stops
+    # reading for good.
+    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=60, read=600))
     r = http.request("PUT", url, body=body(), headers=dict(req.headers), chunked=False)
     assert r.status == 200, r.data
     assert direct.head_object(Bucket=BUCKET, Key="big/5gib")["ContentLength"] == SIZE
