@@ -1,5 +1,5 @@
 //! floe-control's HTTP listener (hyper, HTTP/1.1): `GET /status` and `GET /metrics` for
-//! operators, and with a scheduler configured its routes (see [`crate::sched::http`]):
+//! operators, and with a scheduler configured its routes (see [`floe_sched::http`]):
 //! `POST /events` (CloudEvents, structured or binary mode), `/hooks/<path>` (webhooks),
 //! `POST /deployments/<name>/dispatch`, `GET /runs`.
 
@@ -11,35 +11,23 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::state::Control;
 use crate::status::{document, metric_families};
-use crate::worker::{Activity, Handle, Shutdown};
+use floe_core::worker::{Activity, Handle, Shutdown};
 
 /// Largest request body taken (an event, a webhook): the queue stores bounded events.
 pub const MAX_BODY: usize = 1 << 20;
 
-/// A response: status, content type, body.
-pub type Reply = (StatusCode, &'static str, String);
-
-/// A JSON reply.
-pub fn json_reply(code: StatusCode, v: &Value) -> Reply {
-    (code, "application/json", v.to_string())
-}
-
-/// A JSON error reply.
-pub fn error(code: StatusCode, msg: impl std::fmt::Display) -> Reply {
-    json_reply(code, &json!({"error": msg.to_string()}))
-}
+pub use floe_sched::http::{error, json_reply, Reply};
 
 /// Every metric floe-control exports, gathered now: what `GET /metrics` encodes and the OTLP
 /// exporter reports ([`crate::otel::bridge`]).
 pub async fn families(ctl: &Control) -> Vec<prometheus::proto::MetricFamily> {
     let mut f = metric_families(ctl);
     if let Some(s) = ctl.sched.get() {
-        f.extend(crate::sched::http::metric_families(s).await);
+        f.extend(floe_sched::http::metric_families(s).await);
     }
     f
 }
@@ -76,7 +64,7 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
                 }
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
-            crate::sched::http::route(s, &parts, body).await
+            floe_sched::http::route(s, &parts, body).await
         }
     }
 }

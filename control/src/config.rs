@@ -49,7 +49,7 @@ pub struct FileConfig {
     pub otlp_endpoint: Option<String>,
     /// The CloudEvents scheduler. Default: none.
     #[serde(default)]
-    pub scheduler: Option<crate::sched::config::SchedSection>,
+    pub scheduler: Option<floe_sched::config::SchedSection>,
 }
 
 /// Extra trust for https URLs.
@@ -298,7 +298,7 @@ pub struct Settings {
     /// Whether a catalog is followed (else only the status listener and scheduler run).
     pub follows_catalog: bool,
     /// The scheduler, when configured.
-    pub scheduler: Option<crate::sched::config::SchedSettings>,
+    pub scheduler: Option<floe_sched::config::SchedSettings>,
     /// OTLP/HTTP collector base URL.
     pub otlp_endpoint: Option<String>,
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::mapper::FileKey;
 use crate::state::Control;
-use crate::worker::{pause, Shutdown};
+use floe_core::worker::{pause, Shutdown};
 
 /// Iceberg's default `history.expire.max-snapshot-age-ms`: 5 days.
 pub const DEFAULT_SNAPSHOT_AGE_MS: u64 = 5 * 24 * 3600 * 1000;

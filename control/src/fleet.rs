@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 use crate::config::Node;
 use crate::node::NodeClient;
 use crate::state::Control;
-use crate::worker::{pause, Activity, Handle, Shutdown};
+use floe_core::worker::{pause, Activity, Handle, Shutdown};
 
 /// The current node set.
 pub struct Nodes {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::mapper::FileInfo;
-use crate::worker::now_secs;
+use floe_core::worker::now_secs;
 
 /// (table, partition, column).
 pub type HeatKey = (String, String, String);

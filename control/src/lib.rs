@@ -6,7 +6,8 @@
 //! column chunks to the proxies (column-chunk fills); the **heat** worker
 //! drains the proxies' access reports into a ledger by (table, partition, column); after a
 //! compaction the **prefetcher** warms the hottest column chunks of the new files. **status**
-//! serves the JSON `floe-control status` prints.
+//! serves the JSON `floe-control status` prints. With a `scheduler:` section the CloudEvents
+//! scheduler (`floe_sched`) runs beside them; `conform` checks a worker against its contract.
 //!
 //! ```
 //! let s = floe_control::config::parse(
@@ -19,6 +20,7 @@
 
 pub mod api;
 pub mod config;
+pub mod conform;
 pub mod error;
 pub mod expiry;
 pub mod fleet;
@@ -32,15 +34,17 @@ pub mod otel;
 pub mod placement;
 pub mod prefetch;
 pub mod pull;
-pub mod sched;
 pub mod state;
 pub mod status;
 pub mod storage;
 mod validate;
 pub mod warmer;
 pub mod watcher;
-pub mod worker;
 
+#[cfg(test)]
+mod sched_config_tests;
+
+use floe_core::worker;
 use tokio::sync::{mpsc, watch};
 
 /// Starts every worker; returns when `stop` flips and they have finished (the ledger saved).
@@ -53,7 +57,7 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
     let mut tasks = Vec::new();
     // Before the watcher, so the first commits it sees reach the scheduler.
     if let Some(s) = ctl.settings.scheduler.clone() {
-        let sched = sched::Scheduler::open(s).await?;
+        let sched = floe_sched::Scheduler::open(s).await?;
         tasks.extend(sched.spawn(b, &stop));
         let _ = ctl.sched.set(sched);
     }

@@ -82,7 +82,7 @@ async fn conform(file: &str, deployment: &str, event: Option<&str>) -> anyhow::R
         }
         None => None,
     };
-    let report = floe_control::sched::conform::run(&settings, deployment, event).await?;
+    let report = floe_control::conform::run(&settings, deployment, event).await?;
     if std::env::args().any(|a| a == "--json") {
         println!("{}", serde_json::to_string(&report)?);
     } else {

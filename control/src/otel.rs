@@ -1,90 +1,27 @@
 //! floe-control's OpenTelemetry export over OTLP/HTTP, on when `otlp_endpoint` names a
-//! collector: one span per scheduler run (`sched.run`), a child of the trace its event carried
-//! (the CloudEvents distributed-tracing extension, `traceparent`), whose context the worker
-//! gets as `TRACEPARENT`; and every metric `GET /metrics` serves ([`bridge`]). Exporters run on
-//! the SDK's own threads.
+//! collector ([`floe_core::otlp`] holds the exporters): every metric `GET /metrics` serves
+//! ([`bridge`]); the scheduler's runs export their own spans (`floe_sched`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::Arc;
 
-use anyhow::Context;
 use arc_swap::ArcSwap;
-use floe_core::trace::TraceParent;
-use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider};
-use opentelemetry::trace::{Span, SpanKind, Tracer, TracerProvider};
+use floe_core::otlp::export_interval;
+use floe_core::worker::{self, Activity, Handle, Shutdown};
+use opentelemetry::metrics::{AsyncInstrument, Meter};
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use opentelemetry_sdk::Resource;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::state::Control;
-use crate::worker::{self, Activity, Handle, Shutdown};
 
-struct Otel {
-    tracer: SdkTracer,
-    meter: Meter,
-    _provider: SdkTracerProvider,
-    _metrics: SdkMeterProvider,
-}
-
-static OTEL: OnceLock<Otel> = OnceLock::new();
-
-/// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` ms, else 10 s (a scrape
-/// interval's worth; the SDK's own default, 60 s, is coarser than Prometheus's).
-fn export_interval() -> Duration {
-    let ms = std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    Duration::from_millis(ms)
-}
-
-/// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`). Call before the async
-/// runtime starts: the HTTP exporters build a blocking client.
-pub fn init(endpoint: &str) -> anyhow::Result<()> {
-    let base = endpoint.trim_end_matches('/');
+/// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`) through
+/// [`floe_core::otlp::init`]. Call before the async runtime starts.
+pub fn init(endpoint: &str) -> Result<(), floe_core::otlp::OtlpError> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
-    let resource = Resource::builder()
-        .with_service_name("floe-control")
-        .with_attributes([
-            KeyValue::new("service.instance.id", host),
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-        ])
-        .build();
-    let spans = SpanExporter::builder()
-        .with_http()
-        .with_endpoint(format!("{base}/v1/traces"))
-        .build()
-        .context("building the OTLP span exporter")?;
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(spans)
-        .with_id_generator(floe_core::trace::Preset::default())
-        .with_resource(resource.clone())
-        .build();
-    let exporter = MetricExporter::builder()
-        .with_http()
-        .with_endpoint(format!("{base}/v1/metrics"))
-        .build()
-        .context("building the OTLP metric exporter")?;
-    let reader = PeriodicReader::builder(exporter)
-        .with_interval(export_interval())
-        .build();
-    let metrics = SdkMeterProvider::builder()
-        .with_reader(reader)
-        .with_resource(resource)
-        .build();
-    let _ = OTEL.set(Otel {
-        tracer: provider.tracer("floe-control"),
-        meter: metrics.meter("floe-control"),
-        _provider: provider,
-        _metrics: metrics,
-    });
-    Ok(())
+    let attributes = vec![KeyValue::new("service.instance.id", host)];
+    floe_core::otlp::init(endpoint, "floe-control", attributes).map(|_| ())
 }
 
 /// The families last gathered, by name: what the instruments' callbacks report.
@@ -98,7 +35,7 @@ type Snapshot = Arc<ArcSwap<HashMap<String, MetricFamily>>>;
 /// Prometheus exporters add back), gauges gauges, histograms their `_count` and `_sum` counters
 /// (the SDK takes no pre-bucketed histogram). Stops at once when OTLP is off.
 pub async fn bridge(ctl: Arc<Control>, h: Handle, mut stop: Shutdown) {
-    let Some(meter) = OTEL.get().map(|o| o.meter.clone()) else {
+    let Some(meter) = floe_core::otlp::get().map(|o| o.meter.clone()) else {
         h.set(Activity::Stopped, "OTLP export is off");
         return;
     };
@@ -178,57 +115,4 @@ fn observe(snap: &Snapshot, name: &str, value: fn(&Metric) -> f64, o: &dyn Async
             .collect();
         o.observe(value(m), &attrs);
     }
-}
-
-/// A run's place in its trace: a new span under the event's `traceparent` when exporting,
-/// else the event's context passed on unchanged (or none).
-pub fn run_trace(event: &str) -> Option<TraceParent> {
-    let v: serde_json::Value = serde_json::from_str(event).ok()?;
-    let incoming = v.get("traceparent").and_then(|t| t.as_str());
-    if OTEL.get().is_some() {
-        Some(TraceParent::child_of(incoming))
-    } else {
-        incoming.and_then(TraceParent::passed_on)
-    }
-}
-
-/// What one run did, for its span.
-pub struct RunSpan<'a> {
-    /// Deployment.
-    pub deployment: &'a str,
-    /// Job id.
-    pub job: &'a str,
-    /// Attempt.
-    pub attempt: i32,
-    /// Lease generation.
-    pub generation: i64,
-    /// Result.
-    pub result: &'a str,
-    /// Exit code.
-    pub exit_code: Option<i32>,
-    /// Start and end, unix ms.
-    pub start_ms: i64,
-    /// End.
-    pub end_ms: i64,
-}
-
-/// Exports a run's span under the ids `t` chose when it started; a no-op when export is off.
-pub fn export_run(t: &TraceParent, r: &RunSpan<'_>) {
-    let Some(o) = OTEL.get() else { return };
-    let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    let builder = o
-        .tracer
-        .span_builder("sched.run")
-        .with_kind(SpanKind::Consumer)
-        .with_start_time(at(r.start_ms))
-        .with_attributes([
-            KeyValue::new("floe.deployment", r.deployment.to_owned()),
-            KeyValue::new("floe.run.job", r.job.to_owned()),
-            KeyValue::new("floe.run.attempt", i64::from(r.attempt)),
-            KeyValue::new("floe.run.generation", r.generation),
-            KeyValue::new("floe.run.result", r.result.to_owned()),
-            KeyValue::new("process.exit.code", i64::from(r.exit_code.unwrap_or(-1))),
-        ]);
-    let mut span = floe_core::trace::start_span(&o.tracer, builder, t);
-    span.end_with_timestamp(at(r.end_ms));
 }

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use crate::node::Span;
 use crate::state::{Control, WarmPhase};
 use crate::warmer::{set_phase, LiveFile, Replaced};
-use crate::worker::{Activity, Handle, Shutdown};
+use floe_core::worker::{Activity, Handle, Shutdown};
 
 /// Runs the prefetcher until shutdown: one replace commit at a time, behind the warmer.
 pub async fn run(
@@ -23,7 +23,7 @@ pub async fn run(
     mut rx: mpsc::Receiver<Replaced>,
     mut stop: Shutdown,
 ) {
-    crate::worker::drain(&h, &mut rx, &mut stop, |job: Replaced| {
+    floe_core::worker::drain(&h, &mut rx, &mut stop, |job: Replaced| {
         let (ctl, h) = (ctl.clone(), h.clone());
         async move {
             h.set(Activity::Working, job.name.clone());

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::ControlError;
 use crate::state::Control;
-use crate::worker::{now_secs, pause, Handle, Shutdown};
+use floe_core::worker::{now_secs, pause, Handle, Shutdown};
 
 /// Records taken per node per pull.
 const BATCH: usize = 10_000;

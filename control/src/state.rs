@@ -16,7 +16,7 @@ use crate::heat::Ledger;
 use crate::mapper::FileMap;
 use crate::node::NodeClient;
 use crate::placement::{EveryNode, Placement};
-use crate::worker::Board;
+use floe_core::worker::Board;
 
 /// Where warming a table's current commit stands.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -98,7 +98,7 @@ pub struct Control {
     /// Which nodes get each warm.
     pub placement: Box<dyn Placement>,
     /// The scheduler, once started (the watcher hands it each commit's event).
-    pub sched: std::sync::OnceLock<Arc<crate::sched::Scheduler>>,
+    pub sched: std::sync::OnceLock<Arc<floe_sched::Scheduler>>,
 }
 
 impl Control {

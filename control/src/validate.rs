@@ -130,7 +130,7 @@ pub fn parse(
             None => None,
         },
         scheduler: match &c.scheduler {
-            Some(sc) => Some(crate::sched::config::validate(
+            Some(sc) => Some(floe_sched::config::validate(
                 &cx,
                 sc,
                 c.catalog.as_ref().map(|k| k.uri.as_str()),

@@ -15,7 +15,7 @@ use crate::error::ControlError;
 use crate::mapper::FileKey;
 use crate::node::{split_location, NodeClient, Span, Store};
 use crate::state::{Control, WarmPhase};
-use crate::worker::{Activity, Handle, Shutdown};
+use floe_core::worker::{Activity, Handle, Shutdown};
 
 /// Delete files up to this size are warmed whole into the metadata store (engines read them
 /// whole on every scan of their partition); larger ones are left to the data path.
@@ -59,7 +59,7 @@ pub async fn run(
     stop: Shutdown,
 ) {
     let mut quit = stop.clone();
-    crate::worker::drain(&h, &mut rx, &mut quit, |c: Commit| {
+    floe_core::worker::drain(&h, &mut rx, &mut quit, |c: Commit| {
         let (ctl, h, prefetch, stop) = (ctl.clone(), h.clone(), prefetch.clone(), stop.clone());
         async move {
             h.set(Activity::Working, c.name.clone());

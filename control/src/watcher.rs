@@ -14,7 +14,7 @@ use crate::error::ControlError;
 use crate::state::{Control, WarmPhase};
 use crate::storage::FloeStorageFactory;
 use crate::warmer::Commit;
-use crate::worker::{pause, Activity, Handle, Shutdown};
+use floe_core::worker::{pause, Activity, Handle, Shutdown};
 
 /// Longest back-off after repeated catalog failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -111,7 +111,7 @@ async fn poll(
 /// same event). A failure to persist it is logged; the next commit is unaffected.
 async fn emit(
     ctl: &Control,
-    s: &crate::sched::Scheduler,
+    s: &floe_sched::Scheduler,
     table: &str,
     location: &str,
     snap: &iceberg::spec::Snapshot,
@@ -132,8 +132,8 @@ async fn emit(
         .first()
         .map(|p| p.1.as_str())
         .unwrap_or("");
-    let r = crate::sched::event::commit(catalog, table, snap.snapshot_id(), data)
-        .map_err(|e| crate::sched::queue::QueueError(e.to_string()));
+    let r = floe_sched::event::commit(catalog, table, snap.snapshot_id(), data)
+        .map_err(|e| floe_sched::queue::QueueError(e.to_string()));
     match r {
         Ok(e) => {
             if let Err(e) = s.submit(&e, "event").await {

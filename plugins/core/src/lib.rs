@@ -21,6 +21,7 @@ mod error;
 pub mod fleet;
 mod op;
 mod origin;
+pub mod otlp;
 pub mod range;
 pub mod recent;
 pub mod spans;
@@ -30,6 +31,7 @@ mod types;
 pub mod uri;
 pub mod versions;
 pub mod wire;
+pub mod worker;
 
 pub use error::{chain, xml_escape, xml_unescape, Cause, S3Error, S3ErrorCode};
 pub use op::{plain_read, response_overrides, version_read, S3Op};

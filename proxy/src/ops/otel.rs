@@ -10,27 +10,21 @@
 //! that carried that id as their parent hang under it ([`floe_core::trace::start_span`]).
 
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use anyhow::Context;
 use floe_core::spans::Phase;
-use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
-use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer, TracerProvider};
+use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer};
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracer;
 
 use crate::ops::metrics::Finished;
 
 struct Otel {
-    tracer: SdkTracer,
+    tracer: &'static SdkTracer,
     requests: Counter<u64>,
     duration: Histogram<f64>,
     origin_bytes: Counter<u64>,
-    _traces: SdkTracerProvider,
-    _metrics: SdkMeterProvider,
 }
 
 static OTEL: OnceLock<Otel> = OnceLock::new();
@@ -51,47 +45,20 @@ pub fn request_span(incoming: Option<&str>) -> Option<floe_core::trace::TracePar
     }
 }
 
-/// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`). Call before any
-/// async runtime starts: the HTTP exporter builds a blocking client.
-pub fn init(endpoint: &str, node_id: &str) -> anyhow::Result<()> {
-    let base = endpoint.trim_end_matches('/');
-    let resource = Resource::builder()
-        .with_service_name("floe-proxy")
-        .with_attributes([
+/// Starts the exporters toward `endpoint` (e.g. `http://collector:4318`) through
+/// [`floe_core::otlp::init`]. Call before any async runtime starts.
+pub fn init(endpoint: &str, node_id: &str) -> Result<(), floe_core::otlp::OtlpError> {
+    let exporters = floe_core::otlp::init(
+        endpoint,
+        "floe-proxy",
+        vec![
             KeyValue::new("service.instance.id", node_id.to_owned()),
             KeyValue::new("floe.node_id", node_id.to_owned()),
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-        ])
-        .build();
-    let spans = SpanExporter::builder()
-        .with_http()
-        .with_endpoint(format!("{base}/v1/traces"))
-        .build()
-        .context("building the OTLP span exporter")?;
-    let traces = SdkTracerProvider::builder()
-        .with_batch_exporter(spans)
-        .with_id_generator(floe_core::trace::Preset::default())
-        .with_resource(resource.clone())
-        .build();
-    let metrics_exporter = MetricExporter::builder()
-        .with_http()
-        .with_endpoint(format!("{base}/v1/metrics"))
-        .build()
-        .context("building the OTLP metric exporter")?;
-    let interval = std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let reader = PeriodicReader::builder(metrics_exporter)
-        .with_interval(Duration::from_millis(interval))
-        .build();
-    let metrics = SdkMeterProvider::builder()
-        .with_reader(reader)
-        .with_resource(resource)
-        .build();
-    let meter = metrics.meter("floe-proxy");
+        ],
+    )?;
+    let meter = &exporters.meter;
     let otel = Otel {
-        tracer: traces.tracer("floe-proxy"),
+        tracer: &exporters.tracer,
         requests: meter
             .u64_counter("floe.requests")
             .with_description("S3 requests answered")
@@ -104,13 +71,11 @@ pub fn init(endpoint: &str, node_id: &str) -> anyhow::Result<()> {
             .u64_counter("floe.origin.response_bytes")
             .with_unit("By")
             .build(),
-        _traces: traces,
-        _metrics: metrics,
     };
     let _ = OTEL.set(otel);
     floe_core::spans::set_sink(|p| {
         if let Some(o) = OTEL.get() {
-            phase_span(&o.tracer, &p, &opentelemetry::Context::new());
+            phase_span(o.tracer, &p, &opentelemetry::Context::new());
         }
     });
     Ok(())
@@ -141,14 +106,14 @@ pub fn record(r: &Finished<'_>) {
             KeyValue::new("floe.origin_bytes", r.origin_bytes as i64),
         ]));
     let mut span = match &r.trace {
-        Some(t) => floe_core::trace::start_span(&o.tracer, builder, t),
-        None => builder.start(&o.tracer),
+        Some(t) => floe_core::trace::start_span(o.tracer, builder, t),
+        None => builder.start(o.tracer),
     };
     if !r.phases.is_empty() {
         let parent =
             opentelemetry::Context::new().with_remote_span_context(span.span_context().clone());
         for p in r.phases {
-            phase_span(&o.tracer, p, &parent);
+            phase_span(o.tracer, p, &parent);
         }
     }
     span.end();

@@ -15,7 +15,7 @@ use tokio::process::Command;
 
 use super::config::Deployment;
 use super::queue::{Lease, Outcome, Queue};
-use crate::worker::Shutdown;
+use floe_core::worker::Shutdown;
 
 /// Variables a worker inherits from floe-control; nothing else is passed through.
 const BASE_ENV: [&str; 7] = ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"];

@@ -12,7 +12,20 @@ use serde_json::{json, Value};
 
 use super::config::Trigger;
 use super::{event, Scheduler};
-use crate::api::{error, json_reply, Reply};
+
+/// A response: status, content type, body (floe-control's listener writes it; its own routes
+/// answer in the same shape).
+pub type Reply = (StatusCode, &'static str, String);
+
+/// A JSON reply.
+pub fn json_reply(code: StatusCode, v: &Value) -> Reply {
+    (code, "application/json", v.to_string())
+}
+
+/// A JSON error reply: `{"error": msg}`.
+pub fn error(code: StatusCode, msg: impl std::fmt::Display) -> Reply {
+    json_reply(code, &json!({"error": msg.to_string()}))
+}
 
 fn store_down(e: super::queue::QueueError) -> Reply {
     error(StatusCode::SERVICE_UNAVAILABLE, e)

@@ -10,7 +10,7 @@ use super::config::Trigger;
 use super::cron::{Catchup, Schedule};
 use super::queue::{NewJob, QueueError};
 use super::{event, now_ms, Scheduler};
-use crate::worker::{Activity, Handle, Shutdown};
+use floe_core::worker::{Activity, Handle, Shutdown};
 
 /// One cron trigger: its key in the cursor table, its deployment and schedule.
 struct Cron {

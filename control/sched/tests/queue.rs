@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use floe_control::sched::queue::{Finished, NewJob, Outcome, Queue};
-use floe_control::sched::store::SqlStore;
+use floe_sched::queue::{Finished, NewJob, Outcome, Queue};
+use floe_sched::store::SqlStore;
 
 fn job(id: &str, group: Option<&str>, seq: i64, due: i64) -> NewJob {
     NewJob {

@@ -4,7 +4,7 @@
 use futures::TryStreamExt;
 use iceberg::{Catalog, TableIdent};
 
-use super::conform::ConformError;
+use super::ConformError;
 
 /// One table's schema and rows.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

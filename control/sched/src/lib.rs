@@ -13,23 +13,21 @@
 //!
 //! ```
 //! let cx = floe_core::config::ConfigCx { file: "c.yaml", env: &|_| None };
-//! let s: floe_control::sched::config::SchedSection = serde_saphyr::from_str(
+//! let s: floe_sched::config::SchedSection = serde_saphyr::from_str(
 //!     "deployments: [{name: nightly, code: {command: ./compact.sh},
 //!       triggers: [{cron: {schedule: '0 2 * * *', timezone: Europe/Berlin}}]}]",
 //! ).unwrap();
-//! let v = floe_control::sched::config::validate(&cx, &s, None).unwrap();
+//! let v = floe_sched::config::validate(&cx, &s, None).unwrap();
 //! assert_eq!(v.deployments[0].max_attempts, 3);
 //! ```
 
 pub mod config;
-pub mod conform;
-mod conform_report;
-mod conform_state;
 pub mod cron;
 pub mod event;
 pub mod harness;
 pub mod http;
 pub mod metrics;
+mod otel;
 pub mod queue;
 pub mod store;
 mod ticker;
@@ -43,8 +41,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::worker::{self, Activity, Board, Handle, Shutdown};
 use config::{Deployment, SchedSettings, Trigger};
+use floe_core::worker::{self, Activity, Board, Handle, Shutdown};
 use queue::{Finished, Lease, NewJob, Queue, QueueError};
 
 /// Unix ms now.

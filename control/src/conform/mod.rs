@@ -15,6 +15,9 @@
 //! unchanged), with the run log off. Scratch tables are dropped when every check passes and
 //! kept for inspection when one fails.
 
+mod report;
+mod state;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,15 +25,15 @@ use cloudevents::{AttributesReader, Event};
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::RestCatalogBuilder;
 
-use super::config::{Deployment, Trigger};
-use super::conform_report::{ran, reported, same, stable, Reported};
-pub use super::conform_report::{Check, Report};
-use super::conform_state::{self, TableState};
-use super::harness;
-use super::queue::{Lease, Outcome, QueueError};
-use super::store::SqlStore;
 use crate::config::Settings;
 use crate::storage::FloeStorageFactory;
+use floe_sched::config::{Deployment, Trigger};
+use floe_sched::harness;
+use floe_sched::queue::{Lease, Outcome, QueueError};
+use floe_sched::store::SqlStore;
+use report::{ran, reported, same, stable, Reported};
+pub use report::{Check, Report};
+use state::TableState;
 
 /// The namespace of the scratch tables.
 pub const NAMESPACE: &str = "floe_conform";
@@ -53,16 +56,16 @@ pub enum ConformError {
 /// The event a conformance run replays: the last ended interval of the deployment's first cron
 /// trigger, else a manual dispatch.
 pub fn default_event(d: &Deployment) -> Result<Event, ConformError> {
-    let now = super::now_ms();
+    let now = floe_sched::now_ms();
     for (i, t) in d.triggers.iter().enumerate() {
         if let Trigger::Cron(s) = t {
             if let Some(iv) = s.last_interval(now) {
-                return super::event::cron(d, i, s, iv)
+                return floe_sched::event::cron(d, i, s, iv)
                     .map_err(|e| ConformError::Config(e.to_string()));
             }
         }
     }
-    super::event::manual(d, serde_json::json!({"conform": true}))
+    floe_sched::event::manual(d, serde_json::json!({"conform": true}))
         .map_err(|e| ConformError::Config(e.to_string()))
 }
 
@@ -180,7 +183,7 @@ impl<'a> Runner<'a> {
             attempt,
             generation: i64::from(attempt),
             max_attempts: 2,
-            accepted_ms: super::now_ms(),
+            accepted_ms: floe_sched::now_ms(),
         };
         // No renewal is due within the time limit: the scratch queue holds no lease to renew.
         let lease_len = d.time_limit.saturating_mul(4).max(Duration::from_secs(60));
@@ -195,7 +198,7 @@ impl<'a> Runner<'a> {
     ) -> Result<Vec<TableState>, ConformError> {
         let mut out = Vec::new();
         for t in &self.d.output_tables {
-            out.push(conform_state::read(cat, &scratch(self.d, phase, t)).await?);
+            out.push(state::read(cat, &scratch(self.d, phase, t)).await?);
         }
         Ok(out)
     }

@@ -3,10 +3,10 @@
 
 use serde::Serialize;
 
-use super::config::Deployment;
-use super::conform::ident_part;
-use super::conform_state::{self, TableState};
-use super::queue::Outcome;
+use super::ident_part;
+use super::state::{self, TableState};
+use floe_sched::config::Deployment;
+use floe_sched::queue::Outcome;
 
 /// One check's verdict.
 #[derive(Debug, Serialize)]
@@ -130,7 +130,7 @@ pub(super) fn same(name: &str, d: &Deployment, want: &[TableState], got: &[Table
         .output_tables
         .iter()
         .zip(want.iter().zip(got))
-        .filter_map(|(t, (w, g))| conform_state::diff(w, g).map(|x| format!("{t}: {x}")))
+        .filter_map(|(t, (w, g))| state::diff(w, g).map(|x| format!("{t}: {x}")))
         .collect();
     Check {
         name: name.into(),
