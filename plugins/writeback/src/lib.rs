@@ -1,43 +1,48 @@
 //! Write-back: a PUT on a route with `writeback:` is acknowledged once it is durable across
 //! the fleet as Reed-Solomon fragments, served at once to every reader, and propagated to the
 //! origin in the background. The origin stays the system of record.
+//!
+//! Outside this crate: the plugin ([`FACTORY`]), its config sections (for the proxy's schema),
+//! and what the fuzz targets drive (the fragment store's side of the peer API, its calls, the
+//! journal, CompleteMultipartUpload's body).
 
-pub mod catch_up;
-pub mod codec;
+mod catch_up;
+mod codec;
 pub mod config;
-pub mod digests;
-pub mod durable;
-pub mod etag;
-pub mod filter;
+mod digests;
+mod durable;
+mod etag;
+mod filter;
 mod fleet_uploads;
-pub mod flush;
+mod flush;
 pub mod fragments;
-pub mod gauges;
-pub mod id;
+mod gauges;
+mod id;
 pub mod journal;
-pub mod metrics;
-pub mod node;
-pub mod origin_layer;
-mod part_copy;
-pub mod plugin;
-pub mod propagate;
-pub mod read;
-pub mod read_through;
-pub mod service;
-pub mod session_body;
-pub mod settle;
-pub mod stage;
-pub use plugin::FACTORY;
-pub mod list;
-pub mod list_parts;
-pub mod list_uploads;
+mod list;
+mod list_parts;
+mod list_uploads;
+mod metrics;
 pub mod multipart;
-pub mod repair;
-pub mod room;
-pub mod sweep;
+mod node;
+mod origin_layer;
+mod part_copy;
+mod plugin;
+mod propagate;
+mod read;
+mod read_through;
+mod repair;
+mod room;
+pub mod service;
+mod session_body;
+mod settle;
+mod stage;
+mod sweep;
+mod upload;
+mod upload_files;
+mod uploading;
+pub mod wire;
 #[cfg(test)]
 mod testbed;
-pub mod upload;
-pub mod upload_files;
-pub mod uploading;
-pub mod wire;
+
+pub use plugin::FACTORY;
