@@ -2,6 +2,7 @@
 //! a request (S3 on a route, or the catalog route); every later phase delegates to that mode.
 //! What all modes share (request ids, metrics, the access log line) stays here.
 
+use floe_filter::CacheOutcome;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -202,7 +203,7 @@ impl ProxyHttp for FloeProxy {
             origin,
             op: ctx.f.op.as_str(),
             status,
-            cache: ctx.f.cache.unwrap_or("pass"),
+            cache: ctx.f.cache.map_or("pass", CacheOutcome::as_str),
             elapsed: ctx.start.elapsed(),
             origin_bytes: ctx.origin_bytes,
             phases: &ctx.f.phases,
@@ -219,7 +220,7 @@ impl ProxyHttp for FloeProxy {
             origin_bytes = ctx.origin_bytes,
             ms = finished.elapsed.as_secs_f64() * 1000.0,
             access_key = ctx.f.access_key.as_deref().unwrap_or("-"),
-            cache = ctx.f.cache.unwrap_or("-"),
+            cache = ctx.f.cache.map_or("-", CacheOutcome::as_str),
             error = e.map(|e| e.to_string()).or_else(|| ctx.failure.as_ref().map(|f| floe_core::chain(f))),
             "request"
         );

@@ -2,7 +2,7 @@
 //! validators a 412 carries.
 
 use floe_core::S3Error;
-use floe_filter::FilterCtx;
+use floe_filter::{CacheOutcome, FilterCtx};
 use pingora::http::ResponseHeader;
 
 use crate::mapping::Mapping;
@@ -35,7 +35,7 @@ pub(crate) fn response_header(
     status: u16,
     checksums: bool,
     (first, last, len): (u64, u64, u64),
-    (label, origin_bytes, node): (&'static str, u64, Option<&str>),
+    (label, origin_bytes, node): (CacheOutcome, u64, Option<&str>),
     overrides: &[(http::HeaderName, http::HeaderValue)],
     ctx: &FilterCtx,
 ) -> Result<ResponseHeader, S3Error> {
@@ -78,7 +78,7 @@ pub(crate) fn response_header(
             r.append_header(k.clone(), v.clone()).map_err(e)?;
         }
     }
-    r.insert_header(X_FLOE_CACHE, HeaderValue::from_static(label))
+    r.insert_header(X_FLOE_CACHE, HeaderValue::from_static(label.as_str()))
         .map_err(e)?;
     r.insert_header(X_FLOE_ORIGIN_BYTES, HeaderValue::from(origin_bytes))
         .map_err(e)?;

@@ -139,7 +139,7 @@ impl BlockFilter {
         // name a folding origin gives it could not find the mapping to drop.
         let canonical = ctx.key.as_ref().is_some_and(ObjectKey::is_canonical);
         if !canonical || (version.is_none() && !floe_core::plain_read(query, &req.headers)) {
-            ctx.cache = Some("pass");
+            ctx.cache = Some(floe_filter::CacheOutcome::Pass);
             return Ok(false);
         }
         let range = req.headers.get("range").and_then(|v| v.to_str().ok());
@@ -151,7 +151,7 @@ impl BlockFilter {
         let overrides = floe_core::response_overrides(req.uri.query().unwrap_or(""));
         if !overrides.is_empty() && ctx.access_key.is_none() {
             // S3 refuses response header overrides on anonymous reads: the origin answers.
-            ctx.cache = Some("pass");
+            ctx.cache = Some(floe_filter::CacheOutcome::Pass);
             return Ok(false);
         }
         let ask = Ask {
@@ -163,7 +163,7 @@ impl BlockFilter {
         let opened = match self.open(ctx, &ask).await? {
             Some(o) => o,
             None => {
-                ctx.cache = Some("pass");
+                ctx.cache = Some(floe_filter::CacheOutcome::Pass);
                 return Ok(false);
             }
         };
@@ -187,7 +187,7 @@ impl BlockFilter {
             match self.learn_checksums(&key, &map).await {
                 Some(m) => map = m,
                 None => {
-                    ctx.cache = Some("pass");
+                    ctx.cache = Some(floe_filter::CacheOutcome::Pass);
                     return Ok(false);
                 }
             }

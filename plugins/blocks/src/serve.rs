@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use floe_core::conditions::{Conditions, Verdict};
 use floe_core::{ETag, ObjectKey, S3Error, S3ErrorCode};
-use floe_filter::FilterCtx;
+use floe_filter::{CacheOutcome, FilterCtx};
 use pingora::proxy::Session;
 
 use crate::answer::not_modified_headers;
@@ -41,7 +41,7 @@ pub(crate) struct Opened {
     pub(crate) reader: BlockReader,
     /// `hit`, `miss`, `partial`, `wait` (another read's fill brings the first bytes),
     /// `hit-peer` or `fill-peer` (see `trail.rs`).
-    pub(crate) label: &'static str,
+    pub(crate) label: CacheOutcome,
     /// Origin bytes of the fills this response started before its header.
     pub(crate) origin_bytes: u64,
     /// The node that served (fleet only): the owner for `hit-peer` and `fill-peer`, else
@@ -148,7 +148,11 @@ impl BlockFilter {
             }
             Verdict::NotModified => {
                 let reader = self.reader((bucket, key), &map, (0, 0), false);
-                let label = if known { "hit" } else { "miss" };
+                let label = if known {
+                    CacheOutcome::Hit
+                } else {
+                    CacheOutcome::Miss
+                };
                 return Ok(Ok(Some(Opened::not_modified(map, reader, label))));
             }
         }
@@ -175,7 +179,11 @@ impl BlockFilter {
             first,
             last,
             reader,
-            label: if known { "hit" } else { "miss" },
+            label: if known {
+                CacheOutcome::Hit
+            } else {
+                CacheOutcome::Miss
+            },
             origin_bytes: 0,
             node: self.fleet.as_ref().map(|f| f.node_id().clone()),
             head: Held::default(),
@@ -255,7 +263,7 @@ type Reopen = Result<Result<Option<Opened>, (ObjectKey, ETag)>, S3Error>;
 
 impl Opened {
     /// A 304 for version `map`: headers only.
-    fn not_modified(map: Arc<Mapping>, reader: BlockReader, label: &'static str) -> Self {
+    fn not_modified(map: Arc<Mapping>, reader: BlockReader, label: CacheOutcome) -> Self {
         Self {
             map,
             status: 304,

@@ -9,6 +9,7 @@
 //! once the body is done. A byte the origin sent is counted by the one response whose fill
 //! claimed it, never by the reads that waited on that fill.
 
+use floe_filter::CacheOutcome;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -73,17 +74,17 @@ impl Trail {
 
     /// The header's `x-floe-cache` for a body read planned as `plan`, given where the first
     /// fetch went in a fleet (`peer`).
-    pub(crate) fn label(&self, plan: &Plan, peer: Option<PeerSource>) -> &'static str {
+    pub(crate) fn label(&self, plan: &Plan, peer: Option<PeerSource>) -> CacheOutcome {
         match peer {
-            Some(PeerSource::Hit) => return "hit-peer",
-            Some(PeerSource::Fill) => return "fill-peer",
+            Some(PeerSource::Hit) => return CacheOutcome::HitPeer,
+            Some(PeerSource::Fill) => return CacheOutcome::FillPeer,
             None => {}
         }
         match (self.fetched, self.waited) {
-            (0, 0) => "hit",
-            (0, _) => "wait",
-            _ if plan.cached > 0 || self.waited > 0 => "partial",
-            _ => "miss",
+            (0, 0) => CacheOutcome::Hit,
+            (0, _) => CacheOutcome::Wait,
+            _ if plan.cached > 0 || self.waited > 0 => CacheOutcome::Partial,
+            _ => CacheOutcome::Miss,
         }
     }
 }

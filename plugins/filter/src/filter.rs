@@ -68,8 +68,8 @@ pub struct FilterCtx {
     /// The whole body was read and verified before the origin was contacted (so an
     /// `Expect: 100-continue` was already answered).
     pub body_preread: bool,
-    /// Cache outcome (`hit`, `miss`, `partial`, `pass`) when a cache stage looked at it.
-    pub cache: Option<&'static str>,
+    /// Where the response's bytes came from, when a cache stage looked at the request.
+    pub cache: Option<CacheOutcome>,
     /// Origin bytes spent by filter stages that answered themselves.
     pub origin_bytes: u64,
     /// The stage that answered the request itself (`None`: the origin answered it). A write a
@@ -84,6 +84,45 @@ pub struct FilterCtx {
     /// Per-request state of the stages, one value per type (a stage keys it by a type of its
     /// own). Empty, and allocation-free, for stages that keep none.
     pub ext: http::Extensions,
+}
+
+/// Where a response's bytes came from: what `x-floe-cache` says, the access log logs and the
+/// request metrics are labelled by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheOutcome {
+    /// Every byte from this node's cache.
+    Hit,
+    /// From the block's owner in the fleet, which held it.
+    HitPeer,
+    /// From the block's owner in the fleet, which filled it from the origin.
+    FillPeer,
+    /// From another read's fill of the same blocks (no origin bytes of its own).
+    Wait,
+    /// Some bytes from the cache, the rest from the origin.
+    Partial,
+    /// From the origin, through the cache.
+    Miss,
+    /// Not the cache's to serve: passed to the origin as it is.
+    Pass,
+    /// A staged write (write-back) answered it.
+    Writeback,
+}
+
+impl CacheOutcome {
+    /// The label (`hit`, `hit-peer`, `fill-peer`, `wait`, `partial`, `miss`, `pass`,
+    /// `writeback`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::HitPeer => "hit-peer",
+            Self::FillPeer => "fill-peer",
+            Self::Wait => "wait",
+            Self::Partial => "partial",
+            Self::Miss => "miss",
+            Self::Pass => "pass",
+            Self::Writeback => "writeback",
+        }
+    }
 }
 
 impl FilterCtx {

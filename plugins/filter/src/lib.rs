@@ -6,4 +6,4 @@
 mod filter;
 pub mod plugin;
 
-pub use filter::{BodyStage, FilterCtx, RequestFilter, UpstreamPayload};
+pub use filter::{BodyStage, CacheOutcome, FilterCtx, RequestFilter, UpstreamPayload};

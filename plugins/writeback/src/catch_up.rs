@@ -9,7 +9,6 @@
 //! for the catch-up.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -100,7 +99,8 @@ impl Node {
         // Back from a freeze: what the fleet freed meanwhile (propagated, deleted, overtaken)
         // and this node still indexes is dropped, so it neither serves nor propagates it.
         for r in self
-            .all_dirty()
+            .index
+            .all()
             .into_iter()
             .filter(|r| freed.contains(&r.id))
         {
@@ -127,9 +127,7 @@ impl Node {
                 }
                 self.index(r);
             }
-            self.away_mark.store(mark, Ordering::SeqCst);
-            self.caught_up_flag.store(true, Ordering::Release);
-            self.caught_up.send_replace(true);
+            self.readiness.caught_up(mark);
             return true;
         }
         false
@@ -164,43 +162,14 @@ impl Node {
 
     /// Whether the node caught up (it is not ready before: see [`Node::wait_caught_up`]).
     pub fn is_caught_up(&self) -> bool {
-        self.notice_away();
-        self.caught_up_flag.load(Ordering::Acquire)
-    }
-
-    /// Sends the node back to catching up if this process was away (frozen) since it last
-    /// caught up: the journal copies and frees sent meanwhile may not have reached it.
-    pub(crate) fn notice_away(&self) {
-        let mark = self.away_mark.load(Ordering::SeqCst);
-        let Some(since) = floe_core::away::Away::global().away_since_now(mark) else {
-            return;
-        };
-        self.back_from_away(since);
-    }
-
-    /// Sends the node back to catching up: this process was away (frozen) since `since`
-    /// (wall-clock ms), so what the fleet freed or acknowledged meanwhile may not be here.
-    pub(crate) fn back_from_away(&self, since: u64) {
-        if self.caught_up_flag.swap(false, Ordering::AcqRel) {
-            tracing::warn!(
-                since_ms = since,
-                "this node was away: catching up before it answers write-back requests"
-            );
-            self.caught_up.send_replace(false);
-        }
-        self.recatch.notify_one();
+        self.readiness.is_caught_up()
     }
 
     /// Waits until the node caught up, at most `wait`: a read served before could answer an
     /// older version (or a 404) for a write acknowledged while this node was away. Catch-up
     /// ends within the repair grace whatever happens (it then gives up on absent peers).
     pub async fn wait_caught_up(&self, wait: std::time::Duration) -> bool {
-        if self.is_caught_up() {
-            return true;
-        }
-        let mut rx = self.caught_up.subscribe();
-        let caught = tokio::time::timeout(wait, rx.wait_for(|done| *done)).await;
-        matches!(caught, Ok(Ok(_)))
+        self.readiness.wait(wait).await
     }
 }
 
@@ -259,7 +228,7 @@ mod tests {
         let dropped = node.serve(free.peer_call()).await;
         assert_eq!(dropped.status, 200);
         assert!(
-            node.current(&r),
+            node.index.current(&r),
             "a repair's fragment removal is not a free"
         );
         let write = Call::FreeWrite {
@@ -268,7 +237,7 @@ mod tests {
         };
         let freed = node.serve(write.peer_call()).await;
         assert_eq!(freed.status, 200);
-        assert!(!node.current(&r));
+        assert!(!node.index.current(&r));
     }
 
     #[tokio::test]

@@ -64,7 +64,7 @@ impl WritebackFilter {
         };
         // A staged write of the key is overtaken by this one only once this one is durable:
         // a write that fails (refused, cut off mid-body) leaves the one before acknowledged.
-        let prior = self.node.dirty(&self.bucket, key);
+        let prior = self.node.index.get(&self.bucket, key);
         let size = body_size(session);
         let copy = header(session, "x-amz-copy-source").is_some() || origin_only(session);
         let plan = match size {
@@ -159,7 +159,7 @@ impl WritebackFilter {
             }
             Verdict::NotModified => {
                 let resp = staged_header(304, &r, last_modified, ctx)?;
-                ctx.cache = Some("writeback");
+                ctx.cache = Some(floe_filter::CacheOutcome::Writeback);
                 session
                     .write_response_header(Box::new(resp), true)
                     .await
@@ -186,7 +186,7 @@ impl WritebackFilter {
             resp.append_header(k.clone(), v.clone())
                 .map_err(S3Error::internal)?;
         }
-        ctx.cache = Some("writeback");
+        ctx.cache = Some(floe_filter::CacheOutcome::Writeback);
         let body_follows = !head && len > 0;
         let unreadable = |e: floe_core::OriginError| {
             S3Error::new(
@@ -297,7 +297,8 @@ impl WritebackFilter {
     fn list(&self, session: &Session, ctx: &mut FilterCtx) {
         let dirty: Vec<Arc<Record>> = self
             .node
-            .all_dirty()
+            .index
+            .all()
             .into_iter()
             .filter(|r| r.bucket == self.bucket)
             .collect();
@@ -367,7 +368,7 @@ impl RequestFilter for WritebackFilter {
         }
         match ctx.op {
             S3Op::PutObject => self.put(session, ctx, &key).await,
-            S3Op::GetObject | S3Op::HeadObject => match self.node.dirty(&self.bucket, &key) {
+            S3Op::GetObject | S3Op::HeadObject => match self.node.index.get(&self.bucket, &key) {
                 // A named version is one the origin keeps: never the staged write.
                 Some(_) if names_version(session) => Ok(false),
                 Some(_) if self.cache_after && plain(session) => Ok(false),
@@ -424,7 +425,7 @@ impl RequestFilter for WritebackFilter {
             // The keys are in the body, which the origin reads as it streams: every staged
             // write of the route lands first, so none propagates over a key it deleted.
             S3Op::DeleteObjects => {
-                let staged = self.node.all_dirty().into_iter();
+                let staged = self.node.index.all().into_iter();
                 for r in staged.filter(|r| r.bucket == self.bucket) {
                     self.flush(&r).await?;
                 }

@@ -18,6 +18,7 @@ mod flush;
 pub mod fragments;
 mod gauges;
 mod id;
+mod index;
 pub mod journal;
 mod list;
 mod list_parts;
@@ -31,6 +32,7 @@ mod plugin;
 mod propagate;
 mod read;
 mod read_through;
+mod readiness;
 mod repair;
 mod room;
 pub mod service;
@@ -38,11 +40,11 @@ mod session_body;
 mod settle;
 mod stage;
 mod sweep;
+#[cfg(test)]
+mod testbed;
 mod upload;
 mod upload_files;
 mod uploading;
 pub mod wire;
-#[cfg(test)]
-mod testbed;
 
 pub use plugin::FACTORY;

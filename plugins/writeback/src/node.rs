@@ -2,9 +2,7 @@
 //! at the origin (by bucket and key, the latest acknowledgment winning), and the way it calls
 //! a fragment node (this node's own store directly, others over the peer API).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,10 +38,8 @@ pub struct Node {
     pub store: Arc<Store>,
     /// The fleet.
     pub fleet: Arc<dyn Fleet>,
-    /// Staged writes by bucket, then key (looked up by `&str`: no allocation on a read).
-    dirty: RwLock<HashMap<String, HashMap<String, Arc<Record>>>>,
-    /// How many writes `dirty` holds: a read of a route with none staged takes no lock.
-    staged: AtomicUsize,
+    /// Staged writes by bucket, then key (see [`crate::index`]).
+    pub(crate) index: crate::index::Index,
     retired: std::sync::Mutex<Vec<Arc<Record>>>,
     /// Woken when a write is journaled (the propagator waits on it).
     pub journaled: Notify,
@@ -57,15 +53,8 @@ pub struct Node {
     pub versions: std::sync::OnceLock<Arc<dyn Versions>>,
     /// One upload of a write at a time (see [`crate::uploading`]).
     pub uploading: crate::uploading::Uploading,
-    /// True once the node caught up with its peers' journals (see [`crate::catch_up`]): the
-    /// flag for the request path (no lock), the channel for those waiting on it.
-    pub(crate) caught_up_flag: std::sync::atomic::AtomicBool,
-    pub(crate) caught_up: tokio::sync::watch::Sender<bool>,
-    /// The absences of this process handled so far (see [`floe_core::away`]): one after
-    /// them sends the node back to catching up.
-    pub(crate) away_mark: std::sync::atomic::AtomicU64,
-    /// Woken when the node must catch up again (the repair worker waits on it).
-    pub(crate) recatch: Notify,
+    /// Whether it caught up with its peers' journals (see [`crate::readiness`]).
+    pub(crate) readiness: crate::readiness::Readiness,
     /// The members seen live lately (see [`floe_core::recent`]).
     pub recent: RecentMembers,
     /// Origins by bucket, for a flush asked by another node (see [`crate::flush`]).
@@ -86,18 +75,14 @@ impl Node {
         Self {
             store,
             fleet,
-            dirty: RwLock::default(),
-            staged: AtomicUsize::new(0),
+            index: crate::index::Index::default(),
             retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
             uploads,
             replayed: std::sync::Mutex::default(),
             versions: std::sync::OnceLock::new(),
             uploading: crate::uploading::Uploading::default(),
-            caught_up_flag: std::sync::atomic::AtomicBool::new(false),
-            caught_up: tokio::sync::watch::Sender::new(false),
-            away_mark: std::sync::atomic::AtomicU64::new(floe_core::away::Away::global().mark()),
-            recatch: Notify::new(),
+            readiness: crate::readiness::Readiness::default(),
             recent: RecentMembers::default(),
             origins: std::sync::OnceLock::new(),
             settling: std::sync::Mutex::default(),
@@ -241,7 +226,7 @@ impl Node {
         else {
             return None;
         };
-        match self.all_dirty().into_iter().find(|r| r.id == *id) {
+        match self.index.all().into_iter().find(|r| r.id == *id) {
             Some(r) => Some((r.bucket.clone(), r.key.clone())),
             None => self.uploading.key_of(id),
         }
@@ -250,19 +235,7 @@ impl Node {
     /// Drops write `id` from the index, whatever its key; `at_origin`: it was freed because the
     /// origin holds it (the key still reads as the same version, so the block cache keeps it).
     pub fn unindex_id(&self, id: &crate::id::ObjectId, at_origin: bool) {
-        let mut gone = Vec::new();
-        if let Ok(mut d) = self.dirty.write() {
-            for (bucket, keys) in d.iter_mut() {
-                keys.retain(|key, r| {
-                    let keep = r.id != *id;
-                    if !keep {
-                        gone.push((bucket.clone(), key.clone()));
-                    }
-                    keep
-                });
-            }
-            self.recount(&mut d);
-        }
+        let gone = self.index.remove_id(id);
         for (_, key) in &gone {
             tracing::debug!(%id, %key, at_origin, "unindexed");
         }
@@ -289,15 +262,6 @@ impl Node {
         })
     }
 
-    /// The acknowledged, unpropagated write of (`bucket`, `key`), if there is one.
-    pub fn dirty(&self, bucket: &str, key: &str) -> Option<Arc<Record>> {
-        if self.staged.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let d = self.dirty.read().ok()?;
-        d.get(bucket)?.get(key).cloned()
-    }
-
     /// Makes every node's block cache forget what `bucket`/`key` resolved to, and returns once
     /// told: a write this stage put at the origin before its answer (`sync`) replaced it.
     pub async fn forget_everywhere(&self, bucket: &str, key: &str) {
@@ -306,45 +270,11 @@ impl Node {
         }
     }
 
-    /// Whether `r` is still its key's staged write (not propagated, deleted or overtaken).
-    pub fn current(&self, r: &Record) -> bool {
-        self.dirty(&r.bucket, &r.key)
-            .is_some_and(|cur| cur.id == r.id)
-    }
-
-    /// Drops emptied buckets and publishes the count.
-    fn recount(&self, d: &mut HashMap<String, HashMap<String, Arc<Record>>>) {
-        d.retain(|_, keys| !keys.is_empty());
-        let n = d.values().map(HashMap::len).sum();
-        self.staged.store(n, Ordering::Relaxed);
-    }
-
-    /// The write of the two that a key's last acknowledgment is (ties broken by id, so every
-    /// node picks the same).
-    fn later(a: &Record, b: &Record) -> bool {
-        (a.acked_ms, a.id) > (b.acked_ms, b.id)
-    }
-
     /// Indexes `r` unless a later write of its key is indexed (then `r` is retired); a write
     /// it displaces is retired. True when `r` was indexed.
     pub fn index(&self, r: Arc<Record>) -> bool {
         let this = r.clone();
-        let (kept, displaced) = {
-            let Ok(mut d) = self.dirty.write() else {
-                return false;
-            };
-            let keys = d.entry(r.bucket.clone()).or_default();
-            let out = match keys.get(&r.key) {
-                Some(cur) if cur.id != r.id && Self::later(cur, &r) => (false, Some(r)),
-                Some(cur) if cur.id == r.id => {
-                    keys.insert(r.key.clone(), r);
-                    (true, None)
-                }
-                _ => (true, keys.insert(r.key.clone(), r)),
-            };
-            self.recount(&mut d);
-            out
-        };
+        let crate::index::Inserted { kept, displaced } = self.index.insert(r);
         tracing::debug!(id = %this.id, key = %this.key, acked_ms = this.acked_ms, kept, displaced = ?displaced.as_ref().map(|d| d.id), "indexed");
         if let Some(old) = displaced {
             self.retire(old);
@@ -358,23 +288,7 @@ impl Node {
     /// Drops `r` from the index (a DELETE or a newer write of its key went through this node)
     /// and retires it; true when it was indexed.
     pub fn unindex(&self, r: &Arc<Record>) -> bool {
-        let removed = {
-            let Ok(mut d) = self.dirty.write() else {
-                return false;
-            };
-            let keys = d.get_mut(&r.bucket);
-            let here = keys
-                .as_ref()
-                .and_then(|k| k.get(&r.key))
-                .is_some_and(|cur| cur.id == r.id);
-            if here {
-                if let Some(keys) = keys {
-                    keys.remove(&r.key);
-                }
-                self.recount(&mut d);
-            }
-            here
-        };
+        let removed = self.index.remove(r);
         if removed {
             self.forget_version(&r.bucket, &r.key);
             self.retire(r.clone());
@@ -413,24 +327,14 @@ impl Node {
     pub fn backlog(&self) -> (usize, u64, u64) {
         let now = crate::journal::now_ms();
         let mine: Vec<_> = self
-            .all_dirty()
+            .index
+            .all()
             .into_iter()
             .filter(|r| r.coordinator == self.me())
             .collect();
         let bytes = mine.iter().map(|r| r.geometry.size).sum();
         let oldest = mine.first().map_or(0, |r| now.saturating_sub(r.acked_ms));
         (mine.len(), bytes, oldest)
-    }
-
-    /// Every indexed write, oldest first.
-    pub fn all_dirty(&self) -> Vec<Arc<Record>> {
-        let mut v: Vec<Arc<Record>> = self
-            .dirty
-            .read()
-            .map(|d| d.values().flat_map(|keys| keys.values().cloned()).collect())
-            .unwrap_or_default();
-        v.sort_by_key(|r| r.acked_ms);
-        v
     }
 
     /// The nodes that may hold a fragment or a journal copy of `r`: its fragment nodes and

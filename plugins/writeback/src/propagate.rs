@@ -153,7 +153,8 @@ impl Propagator {
         let mut running = JoinSet::new();
         for r in self
             .node
-            .all_dirty()
+            .index
+            .all()
             .into_iter()
             .filter(|r| self.node.propagates(r) && self.node.settled(r))
         {
@@ -166,7 +167,8 @@ impl Propagator {
             }
             if self
                 .node
-                .dirty(&r.bucket, &r.key)
+                .index
+                .get(&r.bucket, &r.key)
                 .is_none_or(|cur| cur.id != r.id)
             {
                 self.counts.superseded.fetch_add(1, Ordering::Relaxed);
@@ -188,7 +190,7 @@ impl Propagator {
                 // write: a request that put it at the origin first (and maybe deleted or
                 // overwrote it there since) must not see it land again.
                 let _held = node.uploading.lock(&r.bucket, &r.key).await;
-                if !node.current(&r) || !node.is_caught_up() {
+                if !node.index.current(&r) || !node.is_caught_up() {
                     return (r, None, false);
                 }
                 let started = floe_core::spans::Started::now();

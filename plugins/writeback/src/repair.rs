@@ -284,7 +284,8 @@ impl Repairer {
     ) {
         for r in self
             .node
-            .all_dirty()
+            .index
+            .all()
             .into_iter()
             .filter(|r| !self.node.propagates(r))
         {
@@ -341,7 +342,8 @@ impl Repairer {
     ) {
         for r in self
             .node
-            .all_dirty()
+            .index
+            .all()
             .into_iter()
             .filter(|r| self.node.propagates(r))
         {
@@ -406,7 +408,7 @@ impl BackgroundService for Repairer {
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1).min(self.scrub_every)) => {}
-                _ = self.node.recatch.notified() => {}
+                _ = self.node.readiness.recatch() => {}
                 _ = shutdown.changed() => return,
             }
         }

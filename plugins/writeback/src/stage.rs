@@ -74,7 +74,8 @@ impl Node {
     /// logical clock, per key); concurrent writes order by stamp, then id, on every node.
     pub fn stamp(&self, bucket: &str, key: &str) -> u64 {
         let now = crate::journal::now_ms();
-        self.dirty(bucket, key)
+        self.index
+            .get(bucket, key)
             .map_or(now, |r| now.max(r.acked_ms.saturating_add(1)))
     }
 

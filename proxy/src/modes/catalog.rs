@@ -2,6 +2,7 @@
 //! catalog; GETs are cached with pingora-cache; failures answer an Iceberg REST ErrorModel.
 
 use async_trait::async_trait;
+use floe_filter::CacheOutcome;
 use pingora::cache::{CacheKey, CachePhase, RespCacheable};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::*;
@@ -62,13 +63,13 @@ impl Mode for CatalogRoute {
         ctx: &mut Ctx,
     ) -> Result<()> {
         let label = match session.cache.phase() {
-            CachePhase::Hit => "hit",
-            CachePhase::Miss | CachePhase::Expired => "miss",
-            _ => "pass",
+            CachePhase::Hit => CacheOutcome::Hit,
+            CachePhase::Miss | CachePhase::Expired => CacheOutcome::Miss,
+            _ => CacheOutcome::Pass,
         };
         ctx.f.cache = Some(label);
         ctx.status = resp.status.as_u16();
-        resp.insert_header("x-floe-cache", label)?;
+        resp.insert_header("x-floe-cache", label.as_str())?;
         Ok(())
     }
 

@@ -165,7 +165,7 @@ impl Bed {
             return Ok(Read::Served {
                 status: o.status,
                 bytes: Bytes::new(),
-                label: o.label,
+                label: o.label.as_str(),
                 etag: o.map.etag.as_str().to_owned(),
                 origin: (o.origin_bytes, 0),
             });
@@ -183,7 +183,7 @@ impl Bed {
         Ok(Read::Served {
             status: o.status,
             bytes: std::mem::take(&mut sink.bytes).freeze(),
-            label: o.label,
+            label: o.label.as_str(),
             etag: o.map.etag.as_str().to_owned(),
             origin: (o.origin_bytes, o.reader.trail.origin_bytes()),
         })

@@ -162,7 +162,7 @@ impl Bed {
         }
         self.registry.pause(&self.ids[i], false);
         if let Some(n) = self.node(i) {
-            n.back_from_away(crate::journal::now_ms());
+            n.readiness.back_from_away(crate::journal::now_ms());
         }
     }
 
@@ -204,7 +204,7 @@ impl Bed {
         expected: crate::digests::Expected,
     ) -> Result<String, S3Error> {
         let node = self.serving(i)?;
-        let prior = node.dirty(BUCKET, key);
+        let prior = node.index.get(BUCKET, key);
         let Some(plan) = node.plan(&self.opts, body.len() as u64) else {
             if let Some(p) = &prior {
                 node.flush(p).await?;
@@ -230,7 +230,7 @@ impl Bed {
     pub async fn put_parts(&self, i: usize, key: &str, parts: &[Bytes]) -> Result<String, S3Error> {
         use md5::Digest;
         let node = self.serving(i)?;
-        let prior = node.dirty(BUCKET, key);
+        let prior = node.index.get(BUCKET, key);
         let body: Bytes = parts.concat().into();
         let plan = node
             .plan(&self.opts, body.len() as u64)
@@ -268,7 +268,7 @@ impl Bed {
     /// object; `None` for no such key.
     pub async fn get(&self, i: usize, key: &str) -> Result<Option<Bytes>, S3Error> {
         let node = self.serving(i)?;
-        if let Some(r) = node.dirty(BUCKET, key) {
+        if let Some(r) = node.index.get(BUCKET, key) {
             let size = r.geometry.size;
             if size == 0 {
                 return Ok(Some(Bytes::new()));
@@ -349,7 +349,7 @@ impl Bed {
         }
         let mut left = Vec::new();
         for n in (0..self.len()).filter_map(|i| self.node(i)) {
-            for r in n.all_dirty() {
+            for r in n.index.all() {
                 let at: Vec<&str> = r.placements.iter().map(|p| p.node.as_str()).collect();
                 let upload = match n.propagates(&r) {
                     true => format!("{:?}", crate::propagate::upload(n, &*self.origin, &r).await),
@@ -357,7 +357,7 @@ impl Bed {
                 };
                 left.push(format!(
                     "{} indexes {} {} (coordinator {}, fragments on {at:?}, current {}): upload {upload}",
-                    n.me(), r.key, r.id, r.coordinator, n.current(&r)
+                    n.me(), r.key, r.id, r.coordinator, n.index.current(&r)
                 ));
             }
         }
@@ -368,7 +368,7 @@ impl Bed {
     pub fn staged(&self) -> usize {
         (0..self.len())
             .filter_map(|i| self.node(i))
-            .map(|n| n.all_dirty().len())
+            .map(|n| n.index.len())
             .sum()
     }
 }
