@@ -228,14 +228,12 @@ pub(crate) async fn fill(
                 cur = Some(it);
                 continue;
             }
-            let keep = !from_peer || source.replica;
-            publish(
-                &cache,
-                &t,
-                it,
-                buf.split().freeze(),
-                (size, from_peer, keep),
-            );
+            let how = Publish {
+                object_size: size,
+                from_peer,
+                keep: !from_peer || source.replica,
+            };
+            publish(&cache, &t, it, buf.split().freeze(), how);
             cur = items.next();
         }
         if tap.as_ref().is_some_and(|t| t.send(whole).is_err()) {
@@ -250,15 +248,25 @@ pub(crate) async fn fill(
     }
 }
 
-/// Merges a fetched piece into what the block held, stores it and hands it to the waiters.
-/// `(size, peer, keep)`: the object's size, whether a peer sent it, whether to store it.
-fn publish(
-    cache: &BlockCache,
-    t: &Target,
-    it: RunItem,
-    bytes: Bytes,
-    (size, peer, keep): (u64, bool, bool),
-) {
+/// How a fetched piece is published.
+#[derive(Debug, Clone, Copy)]
+struct Publish {
+    /// The object's size.
+    object_size: u64,
+    /// A peer sent it (counted as peer bytes, not origin bytes).
+    from_peer: bool,
+    /// Store it (false: hand it to the waiters only, a replica this node does not keep).
+    keep: bool,
+}
+
+/// Merges a fetched piece into what the block held, stores it (as `how` says) and hands it to
+/// the waiters.
+fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, how: Publish) {
+    let Publish {
+        object_size: size,
+        from_peer: peer,
+        keep,
+    } = how;
     let bs = cache.settings.block_bytes;
     let len = block_span(it.index, bs, size).1 as u32;
     let s = cache.store_of(t.map.class, it.index, size);

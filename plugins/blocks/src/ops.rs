@@ -46,6 +46,15 @@ impl From<OpError> for floe_core::S3Error {
 /// Which bytes of an object a warm or read covers (the admin API's span).
 pub use floe_core::wire::Span as ReadSpan;
 
+/// How `BlockFilter::blocks` walks a span.
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    /// Keep the span's bytes for the caller (a read), not only warm them.
+    keep_bytes: bool,
+    /// Keep copies of blocks peers send (false: only their owners keep them).
+    replica: bool,
+}
+
 /// Collects a read's bytes (or only counts them through, when not kept).
 struct Collect(BytesMut, bool);
 
@@ -194,7 +203,11 @@ impl BlockFilter {
         force: Option<Store>,
         replica: bool,
     ) -> Result<u64, OpError> {
-        self.blocks(bucket, key, span, force, (false, replica))
+        let walk = Walk {
+            keep_bytes: false,
+            replica,
+        };
+        self.blocks(bucket, key, span, force, walk)
             .await
             .map(|(n, _)| n)
     }
@@ -207,21 +220,24 @@ impl BlockFilter {
         span: ReadSpan,
         force: Option<Store>,
     ) -> Result<ReadOut, OpError> {
-        self.blocks(bucket, key, span, force, (true, true))
+        let walk = Walk {
+            keep_bytes: true,
+            replica: true,
+        };
+        self.blocks(bucket, key, span, force, walk)
             .await
             .map(|(_, out)| out)
     }
 
-    /// `(keep, replica)`: keep the span's bytes for the caller; keep copies of blocks peers send.
-    /// Walks the blocks of `span` (whole blocks are warmed), keeping the span's bytes when
-    /// `keep`. Returns the bytes of the blocks walked and the span's bytes and place.
+    /// Walks the blocks of `span` (whole blocks are warmed), as `walk` says. Returns the bytes
+    /// of the blocks walked and the span's bytes and place.
     async fn blocks(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
         span: ReadSpan,
         force: Option<Store>,
-        (keep, replica): (bool, bool),
+        walk: Walk,
     ) -> Result<(u64, ReadOut), OpError> {
         let (mut map, _) = self.mapping(bucket, key).await?;
         if let Some(store) = force {
@@ -252,9 +268,9 @@ impl BlockFilter {
         let bs = self.cache.settings.block_bytes;
         let (b0, b1) = blocks_of(first, last, bs);
         let mut reader = self.reader((bucket, key), &map, (first, last), true);
-        reader.replica = replica;
+        reader.replica = walk.replica;
         let mut warmed = 0;
-        let mut sink = Collect(BytesMut::new(), keep);
+        let mut sink = Collect(BytesMut::new(), walk.keep_bytes);
         for i in b0..=b1 {
             reader.serve(i, &mut sink).await?;
             warmed += block_span(i, bs, map.size).1;
