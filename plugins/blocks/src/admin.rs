@@ -27,6 +27,7 @@ use floe_core::wire;
 use floe_core::{BucketName, ObjectKey};
 use floe_filter::plugin::{AdminHandler, AdminRequest, AdminResponse};
 
+use crate::admin_docs::{ChunksDoc, ClassifyDoc, PurgeDoc};
 use crate::cache::{BlockCache, StoreStats};
 use crate::classify::Store;
 use crate::filter::BlockFilter;
@@ -75,11 +76,11 @@ impl BlocksAdmin {
         match (req.query.get("key"), req.query.get("prefix")) {
             (Some(k), None) => {
                 let blocks = filter.purge_key(k).await;
-                AdminResponse::doc(200, &wire::PurgeDoc { keys: 1, blocks })
+                AdminResponse::doc(200, &PurgeDoc { keys: 1, blocks })
             }
             (None, Some(p)) => {
                 let (keys, blocks) = filter.purge_prefix(p).await;
-                AdminResponse::doc(200, &wire::PurgeDoc { keys, blocks })
+                AdminResponse::doc(200, &PurgeDoc { keys, blocks })
             }
             _ => AdminResponse::error(400, "use /purge?bucket=&key= or /purge?bucket=&prefix="),
         }
@@ -158,7 +159,7 @@ impl BlocksAdmin {
             .collect();
         let pinned = filter.pin(&keys, store.into()) as u64;
         let keys = keys.len() as u64;
-        AdminResponse::doc(200, &wire::ClassifyDoc { keys, pinned })
+        AdminResponse::doc(200, &ClassifyDoc { keys, pinned })
     }
 }
 
@@ -185,7 +186,7 @@ impl BlocksAdmin {
         let chunks = hints.chunks() as u64;
         AdminResponse::doc(
             200,
-            &wire::ChunksDoc {
+            &ChunksDoc {
                 files: p.files,
                 refused: p.refused,
                 chunks,

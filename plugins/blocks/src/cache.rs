@@ -181,10 +181,10 @@ impl BlockCache {
     }
 
     /// Bytes both stores have written to disk so far.
-    pub fn disk_written(&self) -> floe_core::wire::SettleDoc {
+    pub fn disk_written(&self) -> crate::admin_docs::SettleDoc {
         let d =
             self.data.statistics().disk_write_bytes() + self.meta.statistics().disk_write_bytes();
-        floe_core::wire::SettleDoc {
+        crate::admin_docs::SettleDoc {
             disk_write_bytes: d as u64,
         }
     }

@@ -10,6 +10,7 @@
 
 pub mod access;
 mod admin;
+pub mod admin_docs;
 mod adopt;
 mod answer;
 pub mod asks;

@@ -128,24 +128,6 @@ pub struct WarmDoc {
     pub bytes: u64,
 }
 
-/// `POST /purge`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PurgeDoc {
-    /// Keys purged.
-    pub keys: u64,
-    /// Blocks removed.
-    pub blocks: u64,
-}
-
-/// `POST /classify`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClassifyDoc {
-    /// Keys in the request.
-    pub keys: u64,
-    /// Keys pinned now on the route.
-    pub pinned: u64,
-}
-
 /// `POST /chunks` body: one table's column chunks, per live data file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -170,17 +152,6 @@ pub struct FileChunksDoc {
     pub c: Vec<u64>,
 }
 
-/// `POST /chunks` answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChunksDoc {
-    /// Files whose chunks are held now.
-    pub files: u64,
-    /// Files refused (the node's bound on chunks held).
-    pub refused: u64,
-    /// Chunk ranges the node holds in all.
-    pub chunks: u64,
-}
-
 /// One served read: bucket, key, ETag, offset, length (a JSON array).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccessRecord(pub String, pub String, pub String, pub u64, pub u64);
@@ -192,20 +163,6 @@ pub struct AccessesDoc {
     pub dropped: u64,
     /// The records drained.
     pub accesses: Vec<AccessRecord>,
-}
-
-/// `POST /settle`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SettleDoc {
-    /// Bytes both stores have written to disk, all pending writes included.
-    pub disk_write_bytes: u64,
-}
-
-/// `POST /catalog/purge`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CatalogPurgeDoc {
-    /// Cached answers dropped.
-    pub purged: u64,
 }
 
 /// Any admin error.

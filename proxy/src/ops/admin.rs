@@ -83,7 +83,7 @@ impl AdminApp {
             Some(c) => {
                 let purged = c.purge(req.param("namespace")).await;
                 let purged = purged as u64;
-                AdminResponse::doc(200, &floe_core::wire::CatalogPurgeDoc { purged })
+                AdminResponse::doc(200, &CatalogPurgeDoc { purged })
             }
             None => AdminResponse::error(404, "no catalog route configured"),
         }
@@ -146,4 +146,11 @@ impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
         reply(self.answer(session).await)
     }
+}
+
+/// `POST /catalog/purge`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CatalogPurgeDoc {
+    /// Cached answers dropped.
+    pub purged: u64,
 }
