@@ -372,7 +372,7 @@ fn deployment(cx: &Cx<'_>, key: &str, d: &DeploymentSection) -> Result<Deploymen
                     c.start_date.as_deref(),
                     c.catchup,
                 )
-                .map_err(|e| cx.err(format!("{tk}.cron"), e))?,
+                .map_err(|e| cx.err(format!("{tk}.cron"), e.to_string()))?,
             )),
             TriggerSection::Webhook(w) => {
                 if !name_ok(&w.path) {

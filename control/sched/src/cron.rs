@@ -48,6 +48,33 @@ pub struct Interval {
     pub end: i64,
 }
 
+/// Why a schedule was refused (each names what the operator wrote).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// Not a cron pattern croner takes.
+    #[error("schedule {pattern:?}: {reason}")]
+    Pattern {
+        /// The pattern.
+        pattern: String,
+        /// croner's reason.
+        reason: String,
+    },
+    /// Not an IANA time zone.
+    #[error("timezone {0:?}: not an IANA zone")]
+    TimeZone(String),
+    /// Not an RFC 3339 date.
+    #[error("start_date {start:?}: {reason} (RFC 3339, e.g. 2026-01-01T00:00:00Z)")]
+    StartDate {
+        /// The date written.
+        start: String,
+        /// chrono's reason.
+        reason: String,
+    },
+    /// A valid pattern with no fire time ahead.
+    #[error("schedule {0:?} never fires")]
+    NeverFires(String),
+}
+
 impl Schedule {
     /// Parses a pattern, a time-zone name (default UTC) and an RFC 3339 start date.
     pub fn new(
@@ -55,18 +82,22 @@ impl Schedule {
         tz: Option<&str>,
         start: Option<&str>,
         catchup: Catchup,
-    ) -> Result<Self, String> {
-        let cron = Cron::from_str(pattern).map_err(|e| format!("schedule {pattern:?}: {e}"))?;
+    ) -> Result<Self, ScheduleError> {
+        let cron = Cron::from_str(pattern).map_err(|e| ScheduleError::Pattern {
+            pattern: pattern.to_owned(),
+            reason: e.to_string(),
+        })?;
         let tz = match tz {
             None => Tz::UTC,
-            Some(n) => Tz::from_str(n).map_err(|_| format!("timezone {n:?}: not an IANA zone"))?,
+            Some(n) => Tz::from_str(n).map_err(|_| ScheduleError::TimeZone(n.to_owned()))?,
         };
         let start = match start {
             None => None,
             Some(s) => Some(
                 DateTime::parse_from_rfc3339(s)
-                    .map_err(|e| {
-                        format!("start_date {s:?}: {e} (RFC 3339, e.g. 2026-01-01T00:00:00Z)")
+                    .map_err(|e| ScheduleError::StartDate {
+                        start: s.to_owned(),
+                        reason: e.to_string(),
                     })?
                     .timestamp_millis(),
             ),
@@ -79,7 +110,7 @@ impl Schedule {
             catchup,
         };
         if s.next_after(Utc::now().timestamp_millis()).is_none() {
-            return Err(format!("schedule {pattern:?} never fires"));
+            return Err(ScheduleError::NeverFires(pattern.to_owned()));
         }
         Ok(s)
     }
@@ -252,15 +283,18 @@ mod tests {
     fn bad_patterns_zones_and_dates_are_refused_with_the_reason() {
         assert!(Schedule::new("61 * * * *", None, None, Catchup::None)
             .unwrap_err()
+            .to_string()
             .contains("61 * * * *"));
         assert!(
             Schedule::new("* * * * *", Some("Mars/Olympus"), None, Catchup::None)
                 .unwrap_err()
+                .to_string()
                 .contains("IANA")
         );
         assert!(
             Schedule::new("* * * * *", None, Some("yesterday"), Catchup::None)
                 .unwrap_err()
+                .to_string()
                 .contains("RFC 3339")
         );
     }
