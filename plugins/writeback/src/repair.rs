@@ -34,11 +34,29 @@ pub struct RepairCounts {
     pub orphans: AtomicU64,
 }
 
-impl Node {
+/// The repair and scrub worker.
+pub struct Repairer {
+    /// This node's write-back state.
+    pub node: Arc<Node>,
+    /// How often fragments' CRCs are all read and checked.
+    pub scrub_every: Duration,
+    /// How long a fragment's node may be gone before the fragment is rebuilt elsewhere.
+    pub grace: Duration,
+    /// How old an orphan fragment must be before a scrub removes it.
+    pub orphan_after: Duration,
+    /// Progress.
+    pub counts: Arc<RepairCounts>,
+    /// Origins by bucket (a copy is dropped only once the origin holds its write).
+    pub origins: crate::propagate::Origins,
+}
+
+/// Finding and rebuilding bad fragments: the repair worker's own job, over this node's
+/// store and fleet.
+impl Repairer {
     /// Fragment indices of `r` that need rebuilding: no live node, or (when `scrub`) a shard
     /// failing its CRC or missing.
     async fn bad_fragments(
-        self: &Arc<Self>,
+        &self,
         r: &Arc<Record>,
         scrub: bool,
         counts: &RepairCounts,
@@ -46,7 +64,7 @@ impl Node {
         let g = r.geometry;
         let mut bad: BTreeSet<u8> = (0..g.width() as u8).collect();
         for p in &r.placements {
-            let live = p.node == self.me() || self.fleet.member(&p.node).is_some();
+            let live = p.node == self.node.me() || self.node.fleet.member(&p.node).is_some();
             if live {
                 bad.remove(&p.index);
             }
@@ -84,7 +102,7 @@ impl Node {
     }
 
     /// Rebuilds fragments `bad` of `r` and places them; the record with its new placements.
-    async fn rebuild(self: &Arc<Self>, r: &Arc<Record>, bad: &BTreeSet<u8>) -> Option<Record> {
+    async fn rebuild(&self, r: &Arc<Record>, bad: &BTreeSet<u8>) -> Option<Record> {
         let g = r.geometry;
         let holding: BTreeSet<String> = r
             .placements
@@ -93,10 +111,11 @@ impl Node {
             .map(|p| p.node.clone())
             .collect();
         let mut spare = self
+            .node
             .fleet
             .ranked(&r.id.to_string())
             .into_iter()
-            .filter(|m| !holding.contains(&*m.id) && self.has_room(m, g.fragment_len()));
+            .filter(|m| !holding.contains(&*m.id) && self.node.has_room(m, g.fragment_len()));
         let mut targets: Vec<(u8, PeerRef)> = Vec::new();
         for &i in bad {
             // A live node whose copy is only corrupt takes it again; else a spare node.
@@ -104,9 +123,10 @@ impl Node {
                 .placements
                 .iter()
                 .find(|p| {
-                    p.index == i && (p.node == self.me() || self.fleet.member(&p.node).is_some())
+                    p.index == i
+                        && (p.node == self.node.me() || self.node.fleet.member(&p.node).is_some())
                 })
-                .map(|p| self.peer_of(p));
+                .map(|p| self.node.peer_of(p));
             if let Some(t) = own.or_else(|| spare.next()) {
                 targets.push((i, t));
             }
@@ -118,10 +138,10 @@ impl Node {
         // rebuild that cannot read them leaves every fragment where it is.
         let mut first = match g.stripes() {
             0 => None,
-            _ => Some(self.stripe(r, 0).await.ok()?),
+            _ => Some(self.node.stripe(r, 0).await.ok()?),
         };
         for (_, t) in &targets {
-            let _ = self.call(t, drop_call(r, bad)).await;
+            let _ = self.node.call(t, drop_call(r, bad)).await;
         }
         let len = g.fragment_len();
         let mut offs = vec![0u64; targets.len()];
@@ -129,7 +149,7 @@ impl Node {
         for j in 0..g.stripes() {
             let data = match first.take() {
                 Some(data) => data,
-                None => self.stripe(r, j).await.ok()?,
+                None => self.node.stripe(r, j).await.ok()?,
             };
             let shards =
                 tokio::task::spawn_blocking(move || enc.encode(j, &data).map(|s| (enc, s)))
@@ -150,7 +170,7 @@ impl Node {
                     len,
                     off: offs[n],
                 };
-                let reply = self.call(t, put.with_body(piece.clone())).await.ok()?;
+                let reply = self.node.call(t, put.with_body(piece.clone())).await.ok()?;
                 if reply.status != 200 {
                     return None;
                 }
@@ -166,13 +186,13 @@ impl Node {
                     off: 0,
                 };
                 let body = codec::header(&g, *i, r.id.bytes());
-                self.call(t, put.with_body(body)).await.ok()?;
+                self.node.call(t, put.with_body(body)).await.ok()?;
             }
         }
         let mut next = (**r).clone();
         for (i, t) in &targets {
             let commit = Call::CommitFragment { id: r.id, idx: *i };
-            let reply = self.call(t, commit.peer_call()).await.ok()?;
+            let reply = self.node.call(t, commit.peer_call()).await.ok()?;
             if reply.status == 200 {
                 next.placements.retain(|p| p.index != *i);
                 next.placements.push(Placement {
@@ -188,7 +208,7 @@ impl Node {
 
     /// Whether fragment `index` of `r` has an intact header naming `r`'s geometry, id and
     /// this index (false when it cannot be read).
-    async fn header_of(self: &Arc<Self>, r: &Record, index: u8) -> Check {
+    async fn header_of(&self, r: &Record, index: u8) -> Check {
         let Some(p) = r.placements.iter().find(|p| p.index == index) else {
             return Check::Bad;
         };
@@ -199,7 +219,7 @@ impl Node {
             len: codec::HEADER_LEN as u64,
         }
         .peer_call();
-        let reply = match self.call(&self.peer_of(p), call).await {
+        let reply = match self.node.call(&self.node.peer_of(p), call).await {
             Ok(reply) if reply.status < 500 => reply,
             _ => return Check::Unknown,
         };
@@ -218,7 +238,7 @@ impl Node {
 
     /// Shard `j` of fragment `index` of `r` with its CRC; `Err(Bad)` when its node answered
     /// it has none, `Err(Unknown)` when the node could not be read.
-    async fn shard_of(self: &Arc<Self>, r: &Record, index: u8, j: u64) -> Result<Bytes, Check> {
+    async fn shard_of(&self, r: &Record, index: u8, j: u64) -> Result<Bytes, Check> {
         let p = r.placements.iter().find(|p| p.index == index);
         let p = p.ok_or(Check::Bad)?;
         let g = &r.geometry;
@@ -228,7 +248,11 @@ impl Node {
             off: g.shard_offset(j),
             len: g.shard_len(j) + 4,
         };
-        match self.call(&self.peer_of(p), read.peer_call()).await {
+        match self
+            .node
+            .call(&self.node.peer_of(p), read.peer_call())
+            .await
+        {
             Ok(reply) if reply.status == 200 => Ok(reply.body),
             Ok(reply) if reply.status < 500 => Err(Check::Bad),
             _ => Err(Check::Unknown),
@@ -258,22 +282,6 @@ fn drop_call(r: &Record, bad: &BTreeSet<u8>) -> PeerCall {
 
 /// How often a copy of another node's record is checked against its coordinator.
 const COPY_CHECK: Duration = Duration::from_secs(5);
-
-/// The repair and scrub worker.
-pub struct Repairer {
-    /// This node's write-back state.
-    pub node: Arc<Node>,
-    /// How often fragments' CRCs are all read and checked.
-    pub scrub_every: Duration,
-    /// How long a fragment's node may be gone before the fragment is rebuilt elsewhere.
-    pub grace: Duration,
-    /// How old an orphan fragment must be before a scrub removes it.
-    pub orphan_after: Duration,
-    /// Progress.
-    pub counts: Arc<RepairCounts>,
-    /// Origins by bucket (a copy is dropped only once the origin holds its write).
-    pub origins: crate::propagate::Origins,
-}
 
 impl Repairer {
     /// Drops copies of records their coordinator no longer keeps (freed while this node was
@@ -347,7 +355,7 @@ impl Repairer {
             .into_iter()
             .filter(|r| self.node.propagates(r))
         {
-            let bad = self.node.bad_fragments(&r, scrub, &self.counts).await;
+            let bad = self.bad_fragments(&r, scrub, &self.counts).await;
             if bad.is_empty() {
                 gone_since.remove(&r.id);
                 continue;
@@ -360,7 +368,7 @@ impl Repairer {
                 .bad
                 .fetch_add(bad.len() as u64, Ordering::Relaxed);
             let started = floe_core::spans::Started::now();
-            let rebuilt = self.node.rebuild(&r, &bad).await;
+            let rebuilt = self.rebuild(&r, &bad).await;
             crate::metrics::background("repair", started, r.id);
             let Some(next) = rebuilt else {
                 tracing::warn!(id = %r.id, ?bad, "fragments could not be rebuilt");
@@ -403,7 +411,7 @@ impl BackgroundService for Repairer {
             self.pass(scrub, &mut gone_since).await;
             self.prune_copies(&mut checked).await;
             if scrub {
-                let n = self.node.sweep_orphans(self.orphan_after).await;
+                let n = self.sweep_orphans(self.orphan_after).await;
                 self.counts.orphans.fetch_add(n, Ordering::Relaxed);
             }
             tokio::select! {

@@ -7,18 +7,18 @@
 //! lifecycle rule AbortIncompleteMultipartUpload would), freeing their parts.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::id::ObjectId;
-use crate::node::Node;
+use crate::repair::Repairer;
 use crate::wire::Call;
 
-impl Node {
+/// The orphan sweep: the repair worker's, on its scrub schedule.
+impl Repairer {
     /// Removes the orphan fragments older than `older_than`; how many it removed.
-    pub async fn sweep_orphans(self: &Arc<Self>, older_than: Duration) -> u64 {
+    pub async fn sweep_orphans(&self, older_than: Duration) -> u64 {
         self.abort_stale_uploads(older_than).await;
-        let store = self.store.clone();
+        let store = self.node.store.clone();
         let listed = tokio::task::spawn_blocking(move || {
             let kept = store.fragments.list().unwrap_or_default();
             kept.into_iter()
@@ -29,7 +29,7 @@ impl Node {
         .unwrap_or_default();
         let listed: Vec<_> = listed
             .into_iter()
-            .filter(|(id, _, _)| !self.uploads.holds(id))
+            .filter(|(id, _, _)| !self.node.uploads.holds(id))
             .collect();
         let mut by_id: BTreeMap<ObjectId, Vec<u8>> = BTreeMap::new();
         for (id, index, _) in listed {
@@ -41,7 +41,7 @@ impl Node {
                 continue;
             }
             tracing::info!(%id, ?indices, "removing orphan fragments");
-            let store = self.store.clone();
+            let store = self.node.store.clone();
             let n = indices.len() as u64;
             let gone = tokio::task::spawn_blocking(move || {
                 indices
@@ -59,28 +59,28 @@ impl Node {
 
     /// Aborts the uploads this node knows that started `older_than` ago: every node forgets
     /// them and their parts (wherever staged) are freed.
-    async fn abort_stale_uploads(self: &Arc<Self>, older_than: Duration) {
+    async fn abort_stale_uploads(&self, older_than: Duration) {
         let before = crate::journal::now_ms().saturating_sub(older_than.as_millis() as u64);
-        for id in self.uploads.started_before(before) {
-            let Some(key) = self.uploads.get(&id).map(|u| u.key) else {
+        for id in self.node.uploads.started_before(before) {
+            let Some(key) = self.node.uploads.get(&id).map(|u| u.key) else {
                 continue;
             };
-            let Ok(up) = self.upload_view(&id, &key).await else {
+            let Ok(up) = self.node.upload_view(&id, &key).await else {
                 continue;
             };
             tracing::info!(%id, key, parts = up.parts.len(), "aborting an upload left incomplete");
-            self.forget_upload(&id).await;
+            self.node.forget_upload(&id).await;
             for p in up.parts.values() {
-                self.free(p).await;
+                self.node.free(p).await;
             }
         }
     }
 
     /// Whether another active node keeps a record of `id`, or could not say (then the
     /// fragment stays: removing it is safe only on every node's "no").
-    async fn journaled_elsewhere(self: &Arc<Self>, id: &ObjectId) -> bool {
-        for peer in self.others() {
-            match self.ask(&peer, Call::HasJournal { id: *id }).await {
+    async fn journaled_elsewhere(&self, id: &ObjectId) -> bool {
+        for peer in self.node.others() {
+            match self.node.ask(&peer, Call::HasJournal { id: *id }).await {
                 Ok(r) if r.status == 404 => {}
                 _ => return true,
             }
