@@ -68,7 +68,7 @@ impl WritebackFilter {
         let size = body_size(session);
         let copy = header(session, "x-amz-copy-source").is_some() || origin_only(session);
         let plan = match size {
-            Some(size) if !copy => self.node.plan(&opts, size),
+            Some(size) if !copy => self.node.coordinator().plan(&opts, size),
             _ => None,
         };
         // The stage must hand over the plain bytes (aws-chunked framing stripped); one that
@@ -96,6 +96,7 @@ impl WritebackFilter {
         let outcome = {
             let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
             self.node
+                .coordinator()
                 .stage(plan, obj, &mut body, &mut ctx.phases)
                 .await?
         };

@@ -62,6 +62,7 @@ impl WritebackFilter {
         let mut body = FromOrigin(bytes);
         let record = self
             .node
+            .coordinator()
             .stage_part(plan, obj, &mut body, &mut ctx.phases)
             .await?;
         let etag = self.keep_part(id, n, record).await?;

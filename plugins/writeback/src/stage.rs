@@ -66,7 +66,47 @@ pub struct Object<'a> {
     pub parts: Vec<crate::journal::Part>,
 }
 
+/// The coordinator of this node's writes: plans a PUT, streams its fragments, counts the
+/// fsync reports and journals the write. It owns no state of its own: it works on its node's
+/// store, fleet and index (see [`Node::coordinator`]).
+#[derive(Clone)]
+pub struct Coordinator {
+    node: Arc<Node>,
+}
+
 impl Node {
+    /// The coordinator of writes through this node.
+    pub fn coordinator(self: &Arc<Self>) -> Coordinator {
+        Coordinator { node: self.clone() }
+    }
+
+    /// Copies `r` to every other node (best effort, at once): the fragment nodes keep it so
+    /// losing this node's disk loses nothing, and every node indexes it so a read of its key
+    /// through any node serves it. A record is a few hundred bytes.
+    pub async fn replicate(self: &Arc<Self>, r: &Record) {
+        let Ok(doc) = serde_json::to_vec(r) else {
+            return;
+        };
+        let doc = Bytes::from(doc);
+        let mut set = JoinSet::new();
+        for (peer, wait) in self
+            .holders(r)
+            .into_iter()
+            .filter(|(p, _)| *p.id != *self.me())
+        {
+            let (me, body) = (self.clone(), doc.clone());
+            set.spawn(async move {
+                let call = Call::KeepJournal.with_body(body);
+                if let Err(e) = me.deliver(&peer, call, wait).await {
+                    tracing::info!(node = %peer.id, error = %e, "journal copy failed");
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+}
+
+impl Coordinator {
     /// The order stamp of a new write of `bucket`/`key` (last acknowledged write wins): the
     /// wall clock, but always past the write of the key this node indexes. Every node indexes
     /// each acknowledged write as its record is copied out, so a write that follows another's
@@ -74,7 +114,8 @@ impl Node {
     /// logical clock, per key); concurrent writes order by stamp, then id, on every node.
     pub fn stamp(&self, bucket: &str, key: &str) -> u64 {
         let now = crate::journal::now_ms();
-        self.index
+        self.node
+            .index
             .get(bucket, key)
             .map_or(now, |r| now.max(r.acked_ms.saturating_add(1)))
     }
@@ -96,10 +137,11 @@ impl Node {
         };
         let room = geo.fragment_len();
         let targets: Vec<PeerRef> = self
+            .node
             .fleet
             .ranked(&id.to_string())
             .into_iter()
-            .filter(|p| self.has_room(p, room))
+            .filter(|p| self.node.has_room(p, room))
             .take(width)
             .collect();
         (targets.len() >= usize::from(o.w)).then(|| Plan {
@@ -113,7 +155,7 @@ impl Node {
     /// Stages `body` as planned; see [`Outcome`]. Fewer than k durable fragments is a 503
     /// SlowDown, never a false 200.
     pub async fn stage(
-        self: &Arc<Self>,
+        &self,
         plan: Plan,
         obj: Object<'_>,
         body: &mut dyn BodySource,
@@ -139,7 +181,7 @@ impl Node {
     /// like a write), not journaled (the upload is, at its completion). Its record names the
     /// fragments.
     pub async fn stage_part(
-        self: &Arc<Self>,
+        &self,
         plan: Plan,
         obj: Object<'_>,
         body: &mut dyn BodySource,
@@ -159,7 +201,7 @@ impl Node {
     /// Encodes `body` and streams its fragments to the planned nodes; the record (with the
     /// placements reported durable) and the reports.
     async fn place(
-        self: &Arc<Self>,
+        &self,
         plan: Plan,
         obj: Object<'_>,
         body: &mut dyn BodySource,
@@ -225,7 +267,7 @@ impl Node {
             headers: obj.headers,
             geometry: geo,
             placements,
-            coordinator: self.me().to_owned(),
+            coordinator: self.node.me().to_owned(),
             acked_ms: self.stamp(obj.bucket, obj.key),
             parts: obj.parts,
         };
@@ -235,7 +277,7 @@ impl Node {
     /// Reads the body, checks its length, encodes it stripe by stripe and hands each fragment
     /// its shard; returns the quoted MD5 ETag.
     async fn encode(
-        self: &Arc<Self>,
+        &self,
         id: ObjectId,
         geo: Geometry,
         body: &mut dyn BodySource,
@@ -307,7 +349,7 @@ impl Node {
     /// Streams fragment `index` to `peer`: the pieces on `rx`, then a commit. `None` when any
     /// step failed (the fragment does not count).
     async fn send_fragment(
-        self: &Arc<Self>,
+        &self,
         id: ObjectId,
         index: u8,
         geo: Geometry,
@@ -335,8 +377,8 @@ impl Node {
             }
             .with_body(piece);
             off += call.body.len() as u64;
-            let (me, peer) = (self.clone(), peer.clone());
-            flying.spawn(async move { me.call(&peer, call).await });
+            let (node, peer) = (self.node.clone(), peer.clone());
+            flying.spawn(async move { node.call(&peer, call).await });
         }
         while let Some(r) = flying.join_next().await {
             failed |= !landed(Some(r));
@@ -348,7 +390,7 @@ impl Node {
             return None;
         }
         let call = Call::CommitFragment { id, idx: index }.peer_call();
-        match self.call(&peer, call).await {
+        match self.node.call(&peer, call).await {
             Ok(r) if r.status == 200 => Some(FsyncReport::answered(
                 index,
                 String::from_utf8_lossy(&r.body).into_owned(),
@@ -361,62 +403,37 @@ impl Node {
     /// Journals `record` with its quorum, copies the record to its fragment nodes and
     /// indexes it.
     async fn journal(
-        self: &Arc<Self>,
+        &self,
         record: Record,
         q: Quorum,
         trace: &mut Vec<Phase>,
     ) -> Result<Acked, S3Error> {
         let started = Started::now();
-        let store = self.store.clone();
+        let store = self.node.store.clone();
         let acked = tokio::task::spawn_blocking(move || store.journal.commit(record, q))
             .await
             .map_err(S3Error::internal)?
             .map_err(S3Error::internal)?;
         // Not propagated before its request freed the write it overtakes (see `settle`).
-        self.set_settling(acked.record.id, true);
-        self.replicate(&acked.record).await;
+        self.node.set_settling(acked.record.id, true);
+        self.node.replicate(&acked.record).await;
         crate::metrics::phase("journal", started.elapsed());
         floe_core::spans::record(trace, || {
             Phase::new("writeback.journal", started).attr("writeback.id", acked.record.id)
         });
-        self.index(Arc::new(acked.record.clone()));
-        self.journaled.notify_one();
+        self.node.index(Arc::new(acked.record.clone()));
+        self.node.journaled.notify_one();
         Ok(acked)
     }
 
-    /// Copies `r` to every other node (best effort, at once): the fragment nodes keep it so
-    /// losing this node's disk loses nothing, and every node indexes it so a read of its key
-    /// through any node serves it. A record is a few hundred bytes.
-    pub async fn replicate(self: &Arc<Self>, r: &Record) {
-        let Ok(doc) = serde_json::to_vec(r) else {
-            return;
-        };
-        let doc = Bytes::from(doc);
-        let mut set = JoinSet::new();
-        for (peer, wait) in self
-            .holders(r)
-            .into_iter()
-            .filter(|(p, _)| *p.id != *self.me())
-        {
-            let (me, body) = (self.clone(), doc.clone());
-            set.spawn(async move {
-                let call = Call::KeepJournal.with_body(body);
-                if let Err(e) = me.deliver(&peer, call, wait).await {
-                    tracing::info!(node = %peer.id, error = %e, "journal copy failed");
-                }
-            });
-        }
-        while set.join_next().await.is_some() {}
-    }
-
-    async fn abandon(self: &Arc<Self>, id: ObjectId, targets: &[PeerRef]) {
+    async fn abandon(&self, id: ObjectId, targets: &[PeerRef]) {
         for peer in targets {
             let call = Call::FreeWrite {
                 id,
                 at_origin: false,
             }
             .peer_call();
-            let _ = self.call(peer, call).await;
+            let _ = self.node.call(peer, call).await;
         }
     }
 }
@@ -453,18 +470,18 @@ mod tests {
             Journal::open(&dir.path().join("j")).unwrap(),
         );
         let fleet = Arc::new(crate::plugin::Alone(Arc::from("n")));
-        let node = Node::new(Arc::new(store), fleet, Default::default());
+        let node = Arc::new(Node::new(Arc::new(store), fleet, Default::default()));
         let before = crate::journal::now_ms();
         assert!(
-            node.stamp("b", "k") >= before,
+            node.coordinator().stamp("b", "k") >= before,
             "no write of the key: the wall clock"
         );
         // A peer whose clock runs a minute ahead acknowledged a write of k; its copy is here.
         let ahead = before + 60_000;
         node.index(Arc::new(sample("k", 1, "\"e\"", ahead)));
-        assert_eq!(node.stamp("b", "k"), ahead + 1);
+        assert_eq!(node.coordinator().stamp("b", "k"), ahead + 1);
         assert!(
-            node.stamp("b", "other") < ahead,
+            node.coordinator().stamp("b", "other") < ahead,
             "other keys keep the wall clock"
         );
     }

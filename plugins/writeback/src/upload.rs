@@ -95,7 +95,7 @@ impl WritebackFilter {
         let Some(opts) = self.opts else {
             return Ok(false);
         };
-        if self.node.plan(&opts, 0).is_none() || origin_only(session) {
+        if self.node.coordinator().plan(&opts, 0).is_none() || origin_only(session) {
             return Ok(false);
         }
         let (node, up) = (
@@ -158,6 +158,7 @@ impl WritebackFilter {
         let record = {
             let mut body = SessionBody::new(session, ctx.body_stage.as_mut(), preread);
             self.node
+                .coordinator()
                 .stage_part(plan, obj, &mut body, &mut ctx.phases)
                 .await?
         };
@@ -178,7 +179,7 @@ impl WritebackFilter {
         opts: &crate::config::RouteOptions,
         size: u64,
     ) -> Result<crate::stage::Plan, S3Error> {
-        self.node.plan(opts, size).ok_or_else(|| {
+        self.node.coordinator().plan(opts, size).ok_or_else(|| {
             S3Error::new(
                 S3ErrorCode::SlowDown,
                 "Too few write-back nodes for this part; retry.",
@@ -234,10 +235,11 @@ impl WritebackFilter {
         };
         let mut body = PartsBody::new(self.node.clone(), parts);
         let started = std::time::Instant::now();
-        let (etag, mode) = match self.node.plan(&opts, total) {
+        let (etag, mode) = match self.node.coordinator().plan(&opts, total) {
             Some(plan) => {
                 let outcome = self
                     .node
+                    .coordinator()
                     .stage(plan, obj, &mut body, &mut ctx.phases)
                     .await?;
                 let (etag, settled) = self.node.settle(prior.as_ref(), outcome).await?;

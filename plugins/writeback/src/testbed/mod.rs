@@ -205,7 +205,7 @@ impl Bed {
     ) -> Result<String, S3Error> {
         let node = self.serving(i)?;
         let prior = node.index.get(BUCKET, key);
-        let Some(plan) = node.plan(&self.opts, body.len() as u64) else {
+        let Some(plan) = node.coordinator().plan(&self.opts, body.len() as u64) else {
             if let Some(p) = &prior {
                 node.flush(p).await?;
             }
@@ -220,6 +220,7 @@ impl Bed {
         };
         let mut phases = Vec::new();
         let outcome = node
+            .coordinator()
             .stage(plan, obj, &mut Pieces(body), &mut phases)
             .await?;
         Ok(node.settle(prior.as_ref(), outcome).await?.0)
@@ -233,6 +234,7 @@ impl Bed {
         let prior = node.index.get(BUCKET, key);
         let body: Bytes = parts.concat().into();
         let plan = node
+            .coordinator()
             .plan(&self.opts, body.len() as u64)
             .ok_or_else(|| S3Error::new(floe_core::S3ErrorCode::InternalError, "no plan"))?;
         let spans = parts
@@ -251,6 +253,7 @@ impl Bed {
         };
         let mut phases = Vec::new();
         let outcome = node
+            .coordinator()
             .stage(plan, obj, &mut Pieces(body), &mut phases)
             .await?;
         Ok(node.settle(prior.as_ref(), outcome).await?.0)
