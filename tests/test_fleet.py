@@ -280,6 +280,21 @@ def _ip(*args, ns=None):
     subprocess.run(cmd, check=True, capture_output=True)
 
 
+def _clear_netns_leftovers():
+    """Removes what a run that died inside the fixture left behind (its namespace, veth,
+    loopback address and blackhole route survive the process): setting up over them fails."""
+    run = lambda *cmd: subprocess.run(["ip", *cmd], capture_output=True, text=True)
+    for line in run("netns", "list").stdout.splitlines():
+        if line.startswith("floecut"):
+            run("netns", "del", line.split()[0])
+    for line in run("-o", "link", "show").stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith("fca"):
+            run("link", "del", name)
+    run("addr", "del", "10.231.1.1/32", "dev", "lo")
+    run("route", "del", "blackhole", "10.231.0.3/32")
+
+
 @pytest.fixture
 def netns():
     """A network namespace joined to the host by a veth pair: the host end 10.231.0.1, the
@@ -287,6 +302,7 @@ def netns():
     10.231.1.1. Needs root and iproute2 (the CI machine has both)."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("needs root and iproute2 for a network namespace")
+    _clear_netns_leftovers()
     ns, a, b = f"floecut{os.getpid()}", f"fca{os.getpid() % 100000}", f"fcb{os.getpid() % 100000}"
     _ip("netns", "add", ns)
     try:
