@@ -99,7 +99,7 @@ impl Node {
         // Back from a freeze: what the fleet freed meanwhile (propagated, deleted, overtaken)
         // and this node still indexes is dropped, so it neither serves nor propagates it.
         for r in self
-            .index
+            .staged
             .all()
             .into_iter()
             .filter(|r| freed.contains(&r.id))
@@ -228,7 +228,7 @@ mod tests {
         let dropped = node.serve(free.peer_call()).await;
         assert_eq!(dropped.status, 200);
         assert!(
-            node.index.current(&r),
+            node.staged.current(&r),
             "a repair's fragment removal is not a free"
         );
         let write = Call::FreeWrite {
@@ -237,7 +237,7 @@ mod tests {
         };
         let freed = node.serve(write.peer_call()).await;
         assert_eq!(freed.status, 200);
-        assert!(!node.index.current(&r));
+        assert!(!node.staged.current(&r));
     }
 
     #[tokio::test]

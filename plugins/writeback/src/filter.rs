@@ -64,7 +64,7 @@ impl WritebackFilter {
         };
         // A staged write of the key is overtaken by this one only once this one is durable:
         // a write that fails (refused, cut off mid-body) leaves the one before acknowledged.
-        let prior = self.node.index.get(&self.bucket, key);
+        let prior = self.node.staged.get(&self.bucket, key);
         let size = body_size(session);
         let copy = header(session, "x-amz-copy-source").is_some() || origin_only(session);
         let plan = match size {
@@ -298,7 +298,7 @@ impl WritebackFilter {
     fn list(&self, session: &Session, ctx: &mut FilterCtx) {
         let dirty: Vec<Arc<Record>> = self
             .node
-            .index
+            .staged
             .all()
             .into_iter()
             .filter(|r| r.bucket == self.bucket)
@@ -369,7 +369,7 @@ impl RequestFilter for WritebackFilter {
         }
         match ctx.op {
             S3Op::PutObject => self.put(session, ctx, &key).await,
-            S3Op::GetObject | S3Op::HeadObject => match self.node.index.get(&self.bucket, &key) {
+            S3Op::GetObject | S3Op::HeadObject => match self.node.staged.get(&self.bucket, &key) {
                 // A named version is one the origin keeps: never the staged write.
                 Some(_) if names_version(session) => Ok(false),
                 Some(_) if self.cache_after && plain(session) => Ok(false),
@@ -426,7 +426,7 @@ impl RequestFilter for WritebackFilter {
             // The keys are in the body, which the origin reads as it streams: every staged
             // write of the route lands first, so none propagates over a key it deleted.
             S3Op::DeleteObjects => {
-                let staged = self.node.index.all().into_iter();
+                let staged = self.node.staged.all().into_iter();
                 for r in staged.filter(|r| r.bucket == self.bucket) {
                     self.flush(&r).await?;
                 }

@@ -75,7 +75,7 @@ impl Node {
             let origins = self.origins.get().ok_or("no origins yet")?;
             let origin = origin_of(origins, &r.bucket).ok_or("no origin for the route")?;
             let _held = self.uploading.lock(&r.bucket, &r.key).await;
-            if !self.index.current(r) {
+            if !self.staged.current(r) {
                 return Ok(());
             }
             let uploaded = upload(self, &*origin, r).await;
@@ -106,7 +106,7 @@ impl Node {
             status,
             body: Bytes::from(body),
         };
-        let Some(r) = self.index.all().into_iter().find(|r| r.id == *id) else {
+        let Some(r) = self.staged.all().into_iter().find(|r| r.id == *id) else {
             return reply(404, format!("{id} is not staged here"));
         };
         match self.flush_here(&r).await {

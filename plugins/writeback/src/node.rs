@@ -39,7 +39,7 @@ pub struct Node {
     /// The fleet.
     pub fleet: Arc<dyn Fleet>,
     /// Staged writes by bucket, then key (see [`crate::index`]).
-    pub(crate) index: crate::index::Index,
+    pub(crate) staged: crate::index::Index,
     retired: std::sync::Mutex<Vec<Arc<Record>>>,
     /// Woken when a write is journaled (the propagator waits on it).
     pub journaled: Notify,
@@ -75,7 +75,7 @@ impl Node {
         Self {
             store,
             fleet,
-            index: crate::index::Index::default(),
+            staged: crate::index::Index::default(),
             retired: std::sync::Mutex::default(),
             journaled: Notify::new(),
             uploads,
@@ -226,7 +226,7 @@ impl Node {
         else {
             return None;
         };
-        match self.index.all().into_iter().find(|r| r.id == *id) {
+        match self.staged.all().into_iter().find(|r| r.id == *id) {
             Some(r) => Some((r.bucket.clone(), r.key.clone())),
             None => self.uploading.key_of(id),
         }
@@ -235,7 +235,7 @@ impl Node {
     /// Drops write `id` from the index, whatever its key; `at_origin`: it was freed because the
     /// origin holds it (the key still reads as the same version, so the block cache keeps it).
     pub fn unindex_id(&self, id: &crate::id::ObjectId, at_origin: bool) {
-        let gone = self.index.remove_id(id);
+        let gone = self.staged.remove_id(id);
         for (_, key) in &gone {
             tracing::debug!(%id, %key, at_origin, "unindexed");
         }
@@ -274,7 +274,7 @@ impl Node {
     /// it displaces is retired. True when `r` was indexed.
     pub fn index(&self, r: Arc<Record>) -> bool {
         let this = r.clone();
-        let crate::index::Inserted { kept, displaced } = self.index.insert(r);
+        let crate::index::Inserted { kept, displaced } = self.staged.insert(r);
         tracing::debug!(id = %this.id, key = %this.key, acked_ms = this.acked_ms, kept, displaced = ?displaced.as_ref().map(|d| d.id), "indexed");
         if let Some(old) = displaced {
             self.retire(old);
@@ -288,7 +288,7 @@ impl Node {
     /// Drops `r` from the index (a DELETE or a newer write of its key went through this node)
     /// and retires it; true when it was indexed.
     pub fn unindex(&self, r: &Arc<Record>) -> bool {
-        let removed = self.index.remove(r);
+        let removed = self.staged.remove(r);
         if removed {
             self.forget_version(&r.bucket, &r.key);
             self.retire(r.clone());
@@ -327,7 +327,7 @@ impl Node {
     pub fn backlog(&self) -> (usize, u64, u64) {
         let now = crate::journal::now_ms();
         let mine: Vec<_> = self
-            .index
+            .staged
             .all()
             .into_iter()
             .filter(|r| r.coordinator == self.me())

@@ -42,7 +42,7 @@ pub fn head_of(r: &Record) -> Result<ObjectHead, OriginError> {
 
 impl StagedOrigin {
     fn staged(&self, bucket: &BucketName, key: &ObjectKey) -> Option<Arc<Record>> {
-        self.node.index.get(bucket.as_str(), key.as_str())
+        self.node.staged.get(bucket.as_str(), key.as_str())
     }
 
     fn stream(&self, r: Arc<Record>, first: u64, last: u64) -> Box<dyn ByteStream> {
@@ -76,7 +76,7 @@ impl OriginReader for StagedOrigin {
     /// and everywhere else it may still be, before the change's forget is confirmed.
     async fn changed_elsewhere(&self, bucket: &BucketName, keys: &[String]) {
         for key in keys {
-            let Some(r) = self.node.index.get(bucket.as_str(), key) else {
+            let Some(r) = self.node.staged.get(bucket.as_str(), key) else {
                 continue;
             };
             if self.node.freed_elsewhere(&r).await {

@@ -255,7 +255,7 @@ impl AdminHandler for Admin {
                 serde_json::json!({"enabled": false}),
             ));
         };
-        let dirty = node.index.all();
+        let dirty = node.staged.all();
         let (objects, bytes, oldest_ms) = node.backlog();
         let c = &self.counts;
         Some(AdminResponse::json(

@@ -153,7 +153,7 @@ impl Propagator {
         let mut running = JoinSet::new();
         for r in self
             .node
-            .index
+            .staged
             .all()
             .into_iter()
             .filter(|r| self.node.propagates(r) && self.node.settled(r))
@@ -167,7 +167,7 @@ impl Propagator {
             }
             if self
                 .node
-                .index
+                .staged
                 .get(&r.bucket, &r.key)
                 .is_none_or(|cur| cur.id != r.id)
             {
@@ -190,7 +190,7 @@ impl Propagator {
                 // write: a request that put it at the origin first (and maybe deleted or
                 // overwrote it there since) must not see it land again.
                 let _held = node.uploading.lock(&r.bucket, &r.key).await;
-                if !node.index.current(&r) || !node.is_caught_up() {
+                if !node.staged.current(&r) || !node.is_caught_up() {
                     return (r, None, false);
                 }
                 let started = floe_core::spans::Started::now();

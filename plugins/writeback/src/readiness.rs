@@ -47,7 +47,7 @@ impl Readiness {
 
     /// Sends the node back to catching up if this process was away (frozen) since it last
     /// caught up: the journal copies and frees sent meanwhile may not have reached it.
-    pub fn notice_away(&self) {
+    fn notice_away(&self) {
         let mark = self.away_mark.load(Ordering::SeqCst);
         if let Some(since) = floe_core::away::Away::global().away_since_now(mark) {
             self.back_from_away(since);

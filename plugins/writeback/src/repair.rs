@@ -292,7 +292,7 @@ impl Repairer {
     ) {
         for r in self
             .node
-            .index
+            .staged
             .all()
             .into_iter()
             .filter(|r| !self.node.propagates(r))
@@ -350,7 +350,7 @@ impl Repairer {
     ) {
         for r in self
             .node
-            .index
+            .staged
             .all()
             .into_iter()
             .filter(|r| self.node.propagates(r))

@@ -108,7 +108,7 @@ impl Node {
     /// (a few rounds: a key written without pause overlaps this request anyway).
     pub async fn flush_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<(), S3Error> {
         for _ in 0..FLUSH_ROUNDS {
-            let Some(r) = self.index.get(bucket, key) else {
+            let Some(r) = self.staged.get(bucket, key) else {
                 break;
             };
             self.flush(&r).await?;

@@ -115,7 +115,7 @@ impl Coordinator {
     pub fn stamp(&self, bucket: &str, key: &str) -> u64 {
         let now = crate::journal::now_ms();
         self.node
-            .index
+            .staged
             .get(bucket, key)
             .map_or(now, |r| now.max(r.acked_ms.saturating_add(1)))
     }

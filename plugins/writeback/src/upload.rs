@@ -222,7 +222,7 @@ impl WritebackFilter {
         let up = self.node.upload_view(id, key).await?;
         let parts = chosen_parts(&up, &chosen)?;
         // Overtaken only once this write is durable (see `put`).
-        let prior = self.node.index.get(&self.bucket, key);
+        let prior = self.node.staged.get(&self.bucket, key);
         let total: u64 = parts.iter().map(|p| p.geometry.size).sum();
         let spans = crate::multipart::spans(&parts);
         let obj = Object {

@@ -42,7 +42,7 @@ fn a_refused_overwrite_leaves_the_acknowledged_write() {
         bed.kill(3);
         assert!(bed.put(1, KEY, v(2)).await.is_err());
         // Still the key's write (its fragments may be out of reach: a read is 503, never v0).
-        assert!(bed.node(0).unwrap().index.get(BUCKET, KEY).is_some());
+        assert!(bed.node(0).unwrap().staged.get(BUCKET, KEY).is_some());
         bed.heal().await;
         assert_eq!(bed.origin.body(KEY), Some(v(1)));
     });
@@ -53,7 +53,7 @@ fn a_delete_acknowledged_while_a_holder_was_down_stays_deleted() {
     block_on(async {
         let mut bed = bed().await;
         bed.put(0, KEY, v(1)).await.unwrap();
-        let r = bed.node(0).unwrap().index.get(BUCKET, KEY).unwrap();
+        let r = bed.node(0).unwrap().staged.get(BUCKET, KEY).unwrap();
         let holder = r.placements.iter().find(|p| p.node != "n0").unwrap();
         let away: usize = holder.node[1..].parse().unwrap();
         bed.kill(away);
@@ -174,7 +174,7 @@ fn a_flipped_byte_in_a_fragment_header_or_shard_is_found_by_the_scrub_and_rebuil
         // byte in the other.
         for (key, at) in [(KEY, 3u64), ("t/b", 200)] {
             bed.put(0, key, v(1)).await.unwrap();
-            let r = bed.node(0).unwrap().index.get(BUCKET, key).unwrap();
+            let r = bed.node(0).unwrap().staged.get(BUCKET, key).unwrap();
             let p = &r.placements[1];
             let holder: usize = p.node[1..].parse().unwrap();
             let store = &bed.node(holder).unwrap().store;
@@ -202,7 +202,7 @@ fn a_body_that_does_not_match_its_content_md5_is_refused_and_leaves_the_write_be
         let refused = bed.put_with(1, KEY, v(2), expected).await.unwrap_err();
         assert_eq!(refused.code, floe_core::S3ErrorCode::BadDigest);
         for i in 0..4 {
-            let r = bed.node(i).unwrap().index.get(BUCKET, KEY).unwrap();
+            let r = bed.node(i).unwrap().staged.get(BUCKET, KEY).unwrap();
             assert_eq!(r.geometry.size, 9000, "node {i} still indexes v1");
         }
         assert_eq!(bed.get(2, KEY).await.unwrap(), Some(v(1)));

@@ -204,7 +204,7 @@ impl Bed {
         expected: crate::digests::Expected,
     ) -> Result<String, S3Error> {
         let node = self.serving(i)?;
-        let prior = node.index.get(BUCKET, key);
+        let prior = node.staged.get(BUCKET, key);
         let Some(plan) = node.coordinator().plan(&self.opts, body.len() as u64) else {
             if let Some(p) = &prior {
                 node.flush(p).await?;
@@ -231,7 +231,7 @@ impl Bed {
     pub async fn put_parts(&self, i: usize, key: &str, parts: &[Bytes]) -> Result<String, S3Error> {
         use md5::Digest;
         let node = self.serving(i)?;
-        let prior = node.index.get(BUCKET, key);
+        let prior = node.staged.get(BUCKET, key);
         let body: Bytes = parts.concat().into();
         let plan = node
             .coordinator()
@@ -271,7 +271,7 @@ impl Bed {
     /// object; `None` for no such key.
     pub async fn get(&self, i: usize, key: &str) -> Result<Option<Bytes>, S3Error> {
         let node = self.serving(i)?;
-        if let Some(r) = node.index.get(BUCKET, key) {
+        if let Some(r) = node.staged.get(BUCKET, key) {
             let size = r.geometry.size;
             if size == 0 {
                 return Ok(Some(Bytes::new()));
@@ -352,7 +352,7 @@ impl Bed {
         }
         let mut left = Vec::new();
         for n in (0..self.len()).filter_map(|i| self.node(i)) {
-            for r in n.index.all() {
+            for r in n.staged.all() {
                 let at: Vec<&str> = r.placements.iter().map(|p| p.node.as_str()).collect();
                 let upload = match n.propagates(&r) {
                     true => format!("{:?}", crate::propagate::upload(n, &*self.origin, &r).await),
@@ -360,7 +360,7 @@ impl Bed {
                 };
                 left.push(format!(
                     "{} indexes {} {} (coordinator {}, fragments on {at:?}, current {}): upload {upload}",
-                    n.me(), r.key, r.id, r.coordinator, n.index.current(&r)
+                    n.me(), r.key, r.id, r.coordinator, n.staged.current(&r)
                 ));
             }
         }
@@ -371,7 +371,7 @@ impl Bed {
     pub fn staged(&self) -> usize {
         (0..self.len())
             .filter_map(|i| self.node(i))
-            .map(|n| n.index.len())
+            .map(|n| n.staged.len())
             .sum()
     }
 }
