@@ -268,6 +268,7 @@ pub fn stats(c: &BlockCache) -> wire::StatsDoc {
         metadata: store_stats(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
         hint_chunks: c.hints.chunks() as u64,
         small_reads: c.neighbours.counts(),
+        buffers: crate::pool::BufferPool::shared().doc(),
     }
 }
 

@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use foyer::Code;
+
+use crate::pool::{self, BufferPool};
 
 /// Most spans one partial block keeps; a fill that would leave more fetches the gaps instead.
 pub const MAX_SPANS: usize = 8;
@@ -52,11 +54,21 @@ impl Block {
         }
     }
 
-    /// Bytes held (the store's weight).
+    /// Bytes held.
     pub fn held(&self) -> usize {
         match self {
             Block::Full(b) => b.len(),
             Block::Partial { spans, .. } => spans.iter().map(|s| s.bytes.len()).sum(),
+        }
+    }
+
+    /// Bytes its buffers take (their pool classes' capacities): the store's weight.
+    pub fn footprint(&self) -> usize {
+        match self {
+            Block::Full(b) => pool::footprint(b.len()),
+            Block::Partial { spans, .. } => {
+                spans.iter().map(|s| pool::footprint(s.bytes.len())).sum()
+            }
         }
     }
 
@@ -144,7 +156,7 @@ impl Block {
 fn join(old: &Span, new: &Span) -> Span {
     let off = old.off.min(new.off);
     let end = old.end().max(new.end());
-    let mut buf = BytesMut::with_capacity((end - off) as usize);
+    let mut buf = BufferPool::shared().take((end - off) as usize);
     if old.off < new.off {
         buf.extend_from_slice(&old.bytes[..(new.off - old.off) as usize]);
     }
@@ -156,6 +168,22 @@ fn join(old: &Span, new: &Span) -> Span {
         off,
         bytes: buf.freeze(),
     }
+}
+
+/// Bytes as foyer's `Code for Bytes` writes them (length, then the bytes), read into a pooled
+/// buffer.
+fn decode_bytes(r: &mut impl std::io::Read) -> foyer::Result<Bytes> {
+    let len = usize::decode(r)?;
+    if len > pool::MAX_POOLED {
+        return Err(foyer::Error::io_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("cached block: {len} bytes is larger than any block"),
+        )));
+    }
+    let mut buf = BufferPool::shared().take(len);
+    buf.read_exact_from(r, len)
+        .map_err(foyer::Error::io_error)?;
+    Ok(buf.freeze())
 }
 
 /// Tag byte, then the full bytes, or the length and (offset, bytes) of each span.
@@ -187,7 +215,7 @@ impl Code for Block {
             ))
         };
         match u8::decode(r)? {
-            0 => Ok(Block::Full(Bytes::decode(r)?)),
+            0 => Ok(Block::Full(decode_bytes(r)?)),
             1 => {
                 let len = u32::decode(r)?;
                 let n = u32::decode(r)? as usize;
@@ -197,7 +225,7 @@ impl Code for Block {
                 let mut spans = Vec::with_capacity(n);
                 for _ in 0..n {
                     let off = u32::decode(r)?;
-                    let bytes = Bytes::decode(r)?;
+                    let bytes = decode_bytes(r)?;
                     if off as u64 + bytes.len() as u64 > len as u64 {
                         return Err(bad("span past the block"));
                     }

@@ -131,6 +131,9 @@ impl BlockCache {
         run_split: Arc<dyn RunSplit>,
     ) -> Result<Arc<Self>, OpenError> {
         let classifier = Classifier::new(settings.rules.clone())?;
+        crate::pool::BufferPool::shared().set_bound(crate::pool::bound_for(
+            settings.data.dram_bytes + settings.meta.dram_bytes,
+        ));
         // Read before the store opens: a stamp says until when the last run was up.
         let persisted = settings.meta.disk_bytes > 0 && settings.meta.disk_dir.exists();
         let stamp = crate::missed::read_stamp(&settings.meta.disk_dir);
@@ -257,7 +260,7 @@ impl BlockCache {
     pub fn admit(&self, key: BlockKey, block: Block, s: Store) {
         let (store, stats) = self.pick(s);
         if s == Store::Data
-            && self.under_pressure(block.held())
+            && self.under_pressure(block.footprint())
             && self.sketch.estimate(key.stable_hash()) < self.settings.admission_threshold
         {
             stats.rejected.fetch_add(1, Ordering::Relaxed);

@@ -17,6 +17,7 @@ use crate::block::{Block, Span, MAX_SPANS};
 use crate::cache::BlockCache;
 use crate::classify::Store;
 use crate::inflight::{self, Claim, FillError, Slot};
+use crate::pool::{BufferPool, Filling};
 use crate::range::block_span;
 use crate::reader::Target;
 use crate::store::BlockKey;
@@ -177,9 +178,9 @@ pub(crate) async fn fill(
     };
     let mut pos = start;
     let mut cur = items.next();
-    // One exact-size buffer per block piece: a stored piece must not keep a larger allocation
-    // alive (the stores weigh the bytes held, and DRAM ceilings must hold in RSS too).
-    let mut buf = bytes::BytesMut::new();
+    // One pooled buffer per block piece, of the piece's size class: the stores weigh a block
+    // by its buffers' capacity, so DRAM ceilings hold in RSS too.
+    let mut buf: Option<Filling> = None;
     while cur.is_some() {
         let mut chunk = match body.next().await {
             Ok(Some(c)) => c,
@@ -219,12 +220,13 @@ pub(crate) async fn fill(
         while !chunk.is_empty() {
             let Some(it) = cur.take() else { break };
             let want = (it.to - it.from) as usize;
-            if buf.capacity() == 0 {
-                buf.reserve(want);
-            }
-            let take = (want - buf.len()).min(chunk.len());
-            buf.extend_from_slice(&chunk.split_to(take));
-            if buf.len() < want {
+            let mut piece = buf
+                .take()
+                .unwrap_or_else(|| BufferPool::shared().take(want));
+            let take = (want - piece.len()).min(chunk.len());
+            piece.extend_from_slice(&chunk.split_to(take));
+            if piece.len() < want {
+                buf = Some(piece);
                 cur = Some(it);
                 continue;
             }
@@ -233,7 +235,7 @@ pub(crate) async fn fill(
                 from_peer,
                 keep: !from_peer || source.replica,
             };
-            publish(&cache, &t, it, buf.split().freeze(), how);
+            publish(&cache, &t, it, piece.freeze(), how);
             cur = items.next();
         }
         if tap.as_ref().is_some_and(|t| t.send(whole).is_err()) {
@@ -322,9 +324,12 @@ pub(crate) async fn unshared(
         .read_origin(&**origin, (from, to - 1))
         .await
         .map_err(to_fill_error)?;
-    let mut buf = bytes::BytesMut::with_capacity((to - from) as usize);
+    let mut buf = BufferPool::shared().take((to - from) as usize);
     while let Some(c) = body.next().await.map_err(to_fill_error)? {
         tally.fetch_add(c.len() as u64, Ordering::Relaxed);
+        if buf.len() + c.len() > (to - from) as usize {
+            return Err(FillError::Failed("origin body ran past the range".into()));
+        }
         buf.extend_from_slice(&c);
     }
     if buf.len() as u64 != to - from {

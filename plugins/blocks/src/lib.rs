@@ -34,6 +34,7 @@ mod peer;
 pub mod placement;
 mod plan;
 pub mod plugin;
+pub mod pool;
 pub mod range;
 mod reader;
 mod resolve;

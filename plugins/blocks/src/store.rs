@@ -214,7 +214,7 @@ async fn build(
         // at once: one shard per 64 blocks of DRAM, 1 to 16.
         .with_shards((s.dram_bytes / (block_bytes * 64)).clamp(1, 16))
         .with_weighter(|k: &BlockKey, v: &Block| {
-            v.held() + 24 * v.spans() + k.key.len() + k.bucket.len() + k.etag.len() + 64
+            v.footprint() + 24 * v.spans() + k.key.len() + k.bucket.len() + k.etag.len() + 64
         })
         .storage()
         .with_io_engine_config(PsyncIoEngineConfig::new())

@@ -119,6 +119,22 @@ pub struct StatsDoc {
     /// `fill: auto`'s estimate: small reads' first touches and neighbours, this window.
     #[serde(default)]
     pub small_reads: (u64, u64),
+    /// The block buffer pool.
+    #[serde(default)]
+    pub buffers: BufferPoolDoc,
+}
+
+/// The block buffer pool's counters (in `GET /stats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferPoolDoc {
+    /// Free bytes held for the next fills.
+    pub free_bytes: u64,
+    /// Buffers handed out again.
+    pub reused: u64,
+    /// Buffers allocated because their size class had none free.
+    pub fresh: u64,
+    /// Buffers freed because the pool was at its bound.
+    pub freed: u64,
 }
 
 /// `POST /warm`.

@@ -292,6 +292,8 @@ pub fn pattern(seed: u8, n: usize) -> Bytes {
         .into()
 }
 #[cfg(test)]
+mod buffers;
+#[cfg(test)]
 mod conditional;
 #[cfg(test)]
 mod disk;

@@ -1,0 +1,144 @@
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const MIB: usize = 1 << 20;
+
+fn pool(bound: usize) -> Arc<BufferPool> {
+    Arc::new(BufferPool::new(bound))
+}
+
+fn filled(p: &Arc<BufferPool>, len: usize, byte: u8) -> Bytes {
+    let mut f = p.take(len);
+    f.extend_from_slice(&vec![byte; len]);
+    f.freeze()
+}
+
+#[test]
+fn a_dropped_buffer_returns_and_is_handed_out_again() {
+    let p = pool(64 * MIB);
+    let b = filled(&p, 2 * MIB, 7);
+    let ptr = b.as_ptr();
+    assert_eq!(p.free_bytes(), 0);
+    drop(b);
+    assert_eq!(p.free_bytes(), 2 * MIB);
+    let again = p.take(2 * MIB);
+    assert!(
+        again.is_empty(),
+        "a reused buffer shows none of its old bytes"
+    );
+    let b = {
+        let mut f = again;
+        f.extend_from_slice(&[1; 10]);
+        f.extend_from_slice(&vec![2; 2 * MIB - 10]);
+        f.freeze()
+    };
+    assert_eq!(b.as_ptr(), ptr, "the same buffer came back");
+    assert_eq!(&b[..11], &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2]);
+    assert_eq!(p.stats.reused.load(Relaxed), 1);
+    assert_eq!(p.stats.fresh.load(Relaxed), 1);
+    assert_eq!(p.free_bytes(), 0);
+}
+
+#[test]
+fn a_buffer_is_never_handed_out_twice() {
+    let p = pool(64 * MIB);
+    drop(filled(&p, MIB, 1));
+    let a = filled(&p, MIB, 2);
+    let b = filled(&p, MIB, 3);
+    assert_ne!(a.as_ptr(), b.as_ptr());
+    assert!(a.iter().all(|x| *x == 2) && b.iter().all(|x| *x == 3));
+    assert_eq!(p.stats.reused.load(Relaxed), 1);
+    assert_eq!(p.stats.fresh.load(Relaxed), 2);
+}
+
+#[test]
+fn a_buffer_returns_only_when_its_last_clone_drops() {
+    let p = pool(64 * MIB);
+    let b = filled(&p, 256 << 10, 9);
+    let slice = b.slice(10..20);
+    let clone = b.clone();
+    drop(b);
+    drop(clone);
+    assert_eq!(p.free_bytes(), 0, "a slice still sends it");
+    assert_eq!(&slice[..], &[9; 10]);
+    drop(slice);
+    assert_eq!(p.free_bytes(), 256 << 10);
+}
+
+#[test]
+fn the_pool_keeps_no_more_than_its_bound() {
+    let p = pool(3 * MIB);
+    let held: Vec<Bytes> = (0..3).map(|i| filled(&p, 2 * MIB, i)).collect();
+    drop(held);
+    assert_eq!(p.free_bytes(), 2 * MIB);
+    assert_eq!(p.stats.kept.load(Relaxed), 1);
+    assert_eq!(p.stats.freed.load(Relaxed), 2);
+    p.set_bound(0);
+    drop(filled(&p, 2 * MIB, 0));
+    assert_eq!(
+        p.free_bytes(),
+        0,
+        "the one kept was reused; at bound 0 none is kept"
+    );
+}
+
+#[test]
+fn an_abandoned_fill_gives_its_buffer_back() {
+    let p = pool(64 * MIB);
+    let mut f = p.take(MIB);
+    f.extend_from_slice(&[1; 100]);
+    drop(f);
+    assert_eq!(p.free_bytes(), MIB);
+}
+
+#[test]
+fn small_buffers_are_exact_and_not_pooled() {
+    let p = pool(64 * MIB);
+    drop(filled(&p, 100, 1));
+    assert_eq!(p.free_bytes(), 0);
+    assert_eq!(footprint(100), 100);
+    assert_eq!(p.stats.fresh.load(Relaxed), 0);
+}
+
+#[test]
+fn reading_into_a_buffer_takes_exactly_the_length() {
+    let p = pool(64 * MIB);
+    let src: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    let mut r = &src[..];
+    let mut f = p.take(150_000);
+    f.read_exact_from(&mut r, 150_000).unwrap();
+    assert_eq!(r.len(), 50_000);
+    assert_eq!(&f.freeze()[..], &src[..150_000]);
+    let mut short = &src[..10];
+    assert!(p.take(MIN_POOLED).read_exact_from(&mut short, 20).is_err());
+}
+
+#[test]
+fn class_capacities_match_their_indices() {
+    for class in 0..CLASSES {
+        let cap = class_cap(class);
+        assert_eq!(class_of(cap), Some((class, cap)), "class {class}");
+    }
+    assert_eq!(class_of(MAX_POOLED).map(|c| c.1), Some(MAX_POOLED));
+    assert_eq!(class_of(MAX_POOLED + 1), None);
+    assert_eq!(class_of(MIN_POOLED - 1), None);
+}
+
+proptest! {
+    #[test]
+    fn a_class_holds_its_length_with_little_to_spare(len in MIN_POOLED..=MAX_POOLED) {
+        let (class, cap) = class_of(len).unwrap();
+        prop_assert!(cap >= len);
+        prop_assert!(class < CLASSES);
+        prop_assert_eq!(class_cap(class), cap);
+        if len > 128 << 10 {
+            prop_assert!(cap - len <= len / 8, "{} -> {}", len, cap);
+        } else {
+            prop_assert!(cap - len < MIN_POOLED);
+        }
+    }
+}
