@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::background::background_service;
@@ -103,13 +105,18 @@ pub fn build(mut settings: Settings, path: PathBuf, upgrade: bool) -> anyhow::Re
         service::FloeProxy::new(table, catalog.clone()),
         "floe-s3",
     );
+    // Pingora's default read buffer, and a write buffer a small response fits in whole.
+    let buffers = L4BufferSettings::default().write(s.write_buffer_bytes);
     for l in &s.listeners {
-        match &l.tls {
-            None => proxy.add_tcp(&l.address),
-            Some((cert, key)) => proxy
-                .add_tls(&l.address, cert, key)
-                .with_context(|| format!("TLS listener {}: cert {cert}, key {key}", l.address))?,
-        }
+        let endpoint = match &l.tls {
+            None => ListenerConfig::tcp(&l.address),
+            Some((cert, key)) => ListenerConfig::tcp(&l.address).tls(
+                TlsSettings::intermediate(cert, key).with_context(|| {
+                    format!("TLS listener {}: cert {cert}, key {key}", l.address)
+                })?,
+            ),
+        };
+        proxy.add_listener(endpoint.l4_buffer(buffers));
         tracing::info!(address = %l.address, tls = l.tls.is_some(), "listening");
     }
     if let Some(spec) = &settings.admin {

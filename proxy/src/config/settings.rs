@@ -16,6 +16,10 @@ use crate::config::file::{
 /// The stage every route runs first: nothing happens before a request is verified.
 pub const AUTH_STAGE: &str = "sigv4";
 
+/// The largest `server.write_buffer_bytes`: 4 MiB per connection is already more than any
+/// response it is meant to gather (a header and a small range).
+const MAX_WRITE_BUFFER_BYTES: usize = 4 << 20;
+
 /// A listener, validated.
 #[derive(Debug, Clone)]
 pub struct Listener {
@@ -46,6 +50,8 @@ pub struct ServerSettings {
     pub reload_watch: bool,
     /// The graceful-upgrade socket.
     pub upgrade_sock: String,
+    /// Bytes a client connection's writes gather in before the socket.
+    pub write_buffer_bytes: usize,
 }
 
 /// Where an origin lives.
@@ -246,6 +252,15 @@ fn server(cx: &Ctx<'_>, raw: &FileConfig) -> Result<ServerSettings, ConfigError>
             tls: l.tls.as_ref().map(|t| (t.cert.clone(), t.key.clone())),
         });
     }
+    if s.write_buffer_bytes > MAX_WRITE_BUFFER_BYTES {
+        return Err(cx.err(
+            "server.write_buffer_bytes",
+            format!(
+                "{} is more than {MAX_WRITE_BUFFER_BYTES} (each open client connection holds this much)",
+                s.write_buffer_bytes
+            ),
+        ));
+    }
     if s.threads == 0 {
         return Err(cx.err("server.threads", "must be at least 1"));
     }
@@ -273,6 +288,7 @@ fn server(cx: &Ctx<'_>, raw: &FileConfig) -> Result<ServerSettings, ConfigError>
         otlp_endpoint: s.otlp_endpoint.clone(),
         reload_watch: s.reload_watch,
         upgrade_sock: s.upgrade_sock.clone(),
+        write_buffer_bytes: s.write_buffer_bytes,
     })
 }
 

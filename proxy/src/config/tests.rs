@@ -241,3 +241,19 @@ fn hedge_settings_are_checked_and_default_to_the_p95_and_five_percent() {
     .unwrap();
     assert!(s.origins["o"].hedge.is_none(), "off unless set");
 }
+
+#[test]
+fn a_write_buffer_past_its_bound_is_named() {
+    let rest = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n";
+    let server = |extra: &str| format!("{BASE}{extra}{rest}");
+    let ok = parse("test.yaml", &server(""), &env).unwrap();
+    assert_eq!(ok.server.write_buffer_bytes, 72 << 10);
+    let e = fails(&server("  write_buffer_bytes: 67108864\n"));
+    assert_eq!(
+        (e.file.as_str(), e.key.as_str()),
+        ("test.yaml", "server.write_buffer_bytes")
+    );
+    assert!(e.reason.contains("67108864"), "{}", e.reason);
+    let none = parse("test.yaml", &server("  write_buffer_bytes: 0\n"), &env).unwrap();
+    assert_eq!(none.server.write_buffer_bytes, 0);
+}
