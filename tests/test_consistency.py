@@ -203,5 +203,10 @@ def test_random_writes_and_reads_through_random_nodes_never_read_the_past(fleet3
     for v in violations[:10]:
         print("  ", v)
     assert counts["put"] > 50 and counts["get"] > 200
+    if violations:  # what the nodes said about forgets they could not deliver, for the report
+        for nd in nodes:
+            lines = nd.proc.log.read_text(errors="replace").splitlines()
+            told = [ln[:300] for ln in lines if "forget" in ln and ('"WARN"' in ln or '"ERROR"' in ln)]
+            print(nd.name, "forget warnings:", len(told), *told[:5], sep="\n  ")
     assert violations == []
 

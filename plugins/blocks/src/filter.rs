@@ -312,12 +312,17 @@ impl BlockFilter {
             return;
         };
         self.cache.forgets.record(&forget);
+        let mut missed: Vec<Arc<str>> = Vec::new();
         for _round in 0..2 {
             self.apply(&forget);
-            let missed = tell_fleet(fleet, &self.cache.recipients, &forget).await;
-            if missed > 0 {
-                tracing::warn!(missed, "members not told of a write in time: retrying");
+            let late = tell_fleet(fleet, &self.cache.recipients, &forget, &missed).await;
+            if !late.is_empty() {
+                tracing::warn!(
+                    members = ?late,
+                    "members did not confirm a write's forget in time: retrying in the background"
+                );
             }
+            missed.extend(late);
         }
     }
 }

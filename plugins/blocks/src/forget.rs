@@ -26,9 +26,17 @@ use crate::filter::BlockFilter;
 pub const SERVICE: &str = "blocks";
 /// The path of [`Forget`] below the service.
 const FORGET_PATH: &str = "/forget";
-/// How long a write waits for the members to confirm: a member slower than this (down, cut
-/// off) is retried in the background while the write is answered.
-pub const TELL_WAIT: Duration = Duration::from_millis(1000);
+/// How long a write waits for a member to confirm: a member slower than this (down, cut off)
+/// is retried in the background while the write is answered, and may serve the replaced
+/// version until a retry reaches it. Two seconds: a member that is alive but starved (a
+/// loaded 2-core host) confirms within it; a dead one costs each write this wait once (the
+/// second round does not wait for it again) until gossip drops it from the view.
+pub const TELL_WAIT: Duration = Duration::from_millis(2000);
+/// The first pause before a member whose call failed at once is told again within
+/// [`TELL_WAIT`]; it doubles up to [`AGAIN_MAX`].
+const AGAIN_FIRST: Duration = Duration::from_millis(5);
+/// The longest pause between two tellings within [`TELL_WAIT`].
+const AGAIN_MAX: Duration = Duration::from_millis(200);
 /// The first wait before a retry to a member that did not confirm; it doubles up to
 /// [`RETRY_MAX_WAIT`] (a member down for long is not asked four times a second).
 pub const RETRY_EVERY: Duration = Duration::from_millis(250);
@@ -126,28 +134,37 @@ pub(crate) fn forget_here(
 static RETRYING: AtomicUsize = AtomicUsize::new(0);
 
 /// Tells every other live member of `fleet`; returns once each confirmed or [`TELL_WAIT`]
-/// passed. Members that did not confirm are retried in the background. Returns how many did
-/// not confirm in time.
+/// passed. Members that did not confirm are retried in the background. Returns the members
+/// that did not confirm in time.
 ///
 /// One round is not enough for a write: a member told early may resolve the key again by
 /// asking one not told yet, and keep what it answers. [`BlockFilter`] runs two rounds: once
 /// the first is done, no member holds or resolves the replaced version any more, and the
-/// second drops whatever was taken from a late member in between.
+/// second drops whatever was taken from a late member in between. A member that missed the
+/// first round is not waited for again in the second (`skip`): it is being retried already,
+/// and one late drop is all it needs once every other member dropped.
 ///
 /// `recent` adds the members that left the view lately (see [`floe_core::recent`]), each
 /// waited for [`DEPARTED_WAIT`] at most: a member restarting is back serving reads before
 /// every view lists it again.
-pub async fn tell_fleet(fleet: &Arc<dyn Fleet>, recent: &RecentMembers, forget: &Forget) -> usize {
-    let seen = recent.with(fleet.others());
+pub async fn tell_fleet(
+    fleet: &Arc<dyn Fleet>,
+    recent: &RecentMembers,
+    forget: &Forget,
+    skip: &[Arc<str>],
+) -> Vec<Arc<str>> {
+    let mut seen = recent.with(fleet.others());
+    seen.live.retain(|p| !skip.contains(&p.id));
+    seen.departed.retain(|p| !skip.contains(&p.id));
     if (seen.live.is_empty() && seen.departed.is_empty())
         || (forget.keys.is_empty() && !forget.every)
     {
-        return 0;
+        return Vec::new();
     }
     tell_round(fleet, &forget.call(), seen).await
 }
 
-async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, seen: Seen) -> usize {
+async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, seen: Seen) -> Vec<Arc<str>> {
     let live = seen.live.into_iter().map(|p| (p, TELL_WAIT));
     let departed = seen.departed.into_iter().map(|p| (p, DEPARTED_WAIT));
     let asks = live.chain(departed).map(|(peer, wait)| {
@@ -165,21 +182,44 @@ async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, seen: Seen) -> usiz
     for (peer, call) in &missed {
         retry_later(fleet.clone(), peer.clone(), call.clone());
     }
-    missed.len()
+    missed
+        .into_iter()
+        .map(|(peer, _)| peer.id.clone())
+        .collect()
 }
 
+/// Tells `peer` until it confirms or `wait` passed: a call that fails at once (a pooled
+/// connection the member had closed, a refused connect while it restarts) is sent again after
+/// a short pause, so only a member that stays silent for the whole wait is left to the
+/// background retries (and serves the replaced version until one reaches it).
 async fn tell_one(fleet: &Arc<dyn Fleet>, peer: &PeerRef, call: PeerCall, wait: Duration) -> bool {
-    match fleet.call(peer, SERVICE, call, wait).await {
-        Ok(r) if r.status == 204 => true,
-        Ok(r) => {
-            tracing::warn!(peer = %peer.id, status = r.status, "a member refused a forget");
-            // It answered: retrying the same message cannot help.
-            r.status < 500
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = AGAIN_FIRST;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return false;
         }
-        Err(e) => {
-            tracing::debug!(peer = %peer.id, error = %e, "a member did not confirm a forget");
-            false
+        match fleet.call(peer, SERVICE, call.clone(), left).await {
+            Ok(r) if r.status == 204 => return true,
+            Ok(r) if r.status < 500 => {
+                tracing::warn!(peer = %peer.id, status = r.status, "a member refused a forget");
+                // It answered: sending the same message again cannot help.
+                return true;
+            }
+            Ok(r) => {
+                tracing::debug!(peer = %peer.id, status = r.status, "a member failed a forget")
+            }
+            Err(e) => {
+                tracing::debug!(peer = %peer.id, error = %e, "a member did not confirm a forget")
+            }
         }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(AGAIN_MAX);
     }
 }
 
@@ -204,24 +244,5 @@ fn retry_later(fleet: Arc<dyn Fleet>, peer: PeerRef, call: PeerCall) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_forget_round_trips_and_junk_is_refused() {
-        let f = Forget::keys("lake", vec!["t/data/a.parquet".into(), "a//b".into()]);
-        assert_eq!(Forget::decode(&f.call()), Ok(f.clone()));
-        // A forget of keys reads as an earlier release wrote it.
-        assert!(!String::from_utf8_lossy(&f.call().body).contains("every"));
-        let every = Forget {
-            every: true,
-            ..Forget::keys("lake", Vec::new())
-        };
-        assert_eq!(Forget::decode(&every.call()), Ok(every));
-        let mut bad = Forget::keys("b", Vec::new()).call();
-        bad.body = bytes::Bytes::from_static(b"{\"bucket\":\"b\",\"keys\":[],\"x\":1}");
-        assert!(Forget::decode(&bad).is_err());
-        bad.path = "/other".into();
-        assert!(Forget::decode(&bad).is_err());
-    }
-}
+#[path = "forget_tests.rs"]
+mod tests;

@@ -239,6 +239,8 @@ impl BlockFilter {
         force: Option<Store>,
         walk: Walk,
     ) -> Result<(u64, ReadOut), OpError> {
+        // Before the resolve: a store forced on a version a write replaced meanwhile is not kept.
+        let ticket = self.map.ticket(key.as_str());
         let (mut map, _) = self.mapping(bucket, key).await?;
         if let Some(store) = force {
             if map.class.store != store {
@@ -246,7 +248,8 @@ impl BlockFilter {
                 m.class.store = store;
                 m.class.parquet = m.class.parquet && store == Store::Data;
                 map = Arc::new(m);
-                self.map.put(key.as_str(), map.clone());
+                self.map
+                    .put_unless_dropped(key.as_str(), map.clone(), ticket);
             }
         }
         let mut out = ReadOut {

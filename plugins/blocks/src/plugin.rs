@@ -216,7 +216,7 @@ impl Versions for BlockVersions {
             let forget = Forget::keys(bucket, vec![key.to_owned()]);
             self.cache.forgets.record(&forget);
             let cache = self.cache.clone();
-            tokio::spawn(async move { tell_fleet(&fleet, &cache.recipients, &forget).await });
+            tokio::spawn(async move { tell_fleet(&fleet, &cache.recipients, &forget, &[]).await });
         }
     }
 
