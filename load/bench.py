@@ -497,6 +497,8 @@ def memory_run(t, objs, tunables=None, disk_writes="once"):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="256 MiB set, SF 0.1, one pass of 3 s rows")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="only the memory runs, printed as JSON (PERFORMANCE.md is not written)")
     args = ap.parse_args()
     global SECONDS, PASSES
     files, fsize, sf = (16, 128 * MiB, 1) if not args.quick else (4, 64 * MiB, 0.1)
@@ -513,6 +515,11 @@ def main():
         make_tpch(s3, sf)
         toxi, origin = start_toxiproxy(minio.port)
         procs.append(toxi)
+        if args.memory_only:
+            t = Targets(origin)
+            for m in (memory_run(t, objs), memory_run(t, objs, disk_writes="every_insert")):
+                print(json.dumps(m), flush=True)
+            return
         # One untimed direct read of the whole set: MinIO's page cache is then warm for every
         # target alike (a first pass is otherwise slower for whichever target runs first).
         run_once(origin, [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in objs for a in range(0, sz, 8 * MiB)], 8)

@@ -54,6 +54,14 @@ impl Block {
         }
     }
 
+    /// The block's length (every byte of it, held or not).
+    pub fn block_len(&self) -> u32 {
+        match self {
+            Block::Full(b) => b.len() as u32,
+            Block::Partial { len, .. } => *len,
+        }
+    }
+
     /// Bytes held.
     pub fn held(&self) -> usize {
         match self {

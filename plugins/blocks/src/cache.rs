@@ -192,12 +192,25 @@ impl BlockCache {
         }
     }
 
-    /// Moves the partial blocks in DRAM to the disk tier (they leave DRAM: for a shutdown).
+    /// Writes the complete pages of the partial blocks in DRAM that the disk tier lacks (for a
+    /// shutdown: what a restart can read back). They stay in DRAM.
     pub async fn write_partials(&self) {
-        for store in [&self.data, &self.meta] {
+        for (store, stats) in [
+            (&self.data, &self.data_stats),
+            (&self.meta, &self.meta_stats),
+        ] {
+            let mut partials = Vec::new();
             store
-                .flush_if(|_, v| matches!(v, Block::Partial { .. }))
+                .flush_if(|k, v| {
+                    if matches!(v, Block::Partial { .. }) {
+                        partials.push((k.clone(), v.clone()));
+                    }
+                    false // nothing leaves: foyer's flush would write whole entries
+                })
                 .await;
+            for (k, v) in &partials {
+                stats.events.spill(k, v);
+            }
         }
     }
 
@@ -231,23 +244,37 @@ impl BlockCache {
         }
     }
 
-    /// A block from its store (whole or the spans held); a damaged or unreadable entry is
-    /// dropped and reported missing.
-    pub async fn lookup(&self, key: &BlockKey, s: Store) -> Option<Block> {
-        let store = self.pick(s).0;
-        match store.get(key).await {
-            Ok(e) => e.map(|e| e.value().clone()),
-            Err(e) => {
-                tracing::warn!(error = %e, key = %key.key, index = key.index, "dropping unreadable cache entry");
-                store.remove(key);
-                None
-            }
+    /// The block as far as it holds `lo..hi` of its `len` bytes: its DRAM entry, completed
+    /// from the disk tier's pages when it lacks some of those bytes (only the pages the range
+    /// touches are read; what they bring is kept in DRAM again). A damaged page is dropped and
+    /// missing.
+    pub async fn lookup(
+        &self,
+        key: &BlockKey,
+        s: Store,
+        (len, lo, hi): (u32, u32, u32),
+    ) -> Option<Block> {
+        let (store, stats) = self.pick(s);
+        let held = self.held(key, s);
+        if held.as_ref().is_some_and(|b| b.slice(lo, hi).is_some()) {
+            return held;
         }
+        let (block, loaded) = crate::pages::complete(store, key, len, held, (lo, hi)).await;
+        if let (Some(b), true) = (&block, loaded) {
+            store::insert_growing(store, &stats.events, key.clone(), b.clone(), false);
+        }
+        block
     }
 
-    /// Whether a block is cached (no I/O).
+    /// The block's DRAM entry, if any (no I/O).
+    pub fn held(&self, key: &BlockKey, s: Store) -> Option<Block> {
+        self.pick(s).0.memory().get(key).map(|e| e.value().clone())
+    }
+
+    /// Whether a block is cached, in DRAM or (judged by its first page) on disk (no I/O).
     pub fn contains(&self, key: &BlockKey, s: Store) -> bool {
-        self.pick(s).0.contains(key)
+        let store = self.pick(s).0;
+        store.memory().contains(key) || store.storage().may_contains(&key.page(0))
     }
 
     /// Whether storing `incoming` more bytes would make the data store evict.
@@ -267,9 +294,19 @@ impl BlockCache {
             return;
         }
         stats.inserted.fetch_add(1, Ordering::Relaxed);
+        let (events, every_insert) = match s {
+            Store::Data => (
+                &self.data_stats.events,
+                self.settings.data.write_every_insert,
+            ),
+            Store::Metadata => (
+                &self.meta_stats.events,
+                self.settings.meta.write_every_insert,
+            ),
+        };
         match block {
-            Block::Full(_) => store::insert_final(store, key, block),
-            Block::Partial { .. } => store::insert_growing(store, key, block),
+            Block::Full(_) => store::insert_final(store, events, key, block),
+            Block::Partial { .. } => store::insert_growing(store, events, key, block, every_insert),
         }
     }
 
@@ -287,6 +324,7 @@ impl BlockCache {
     pub fn save_mapping(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) {
         store::insert_final(
             &self.meta,
+            &self.meta_stats.events,
             Self::map_key(bucket, key),
             Block::Full(Bytes::from(m.encode())),
         );
@@ -334,8 +372,15 @@ impl BlockCache {
     /// Removes every block of one object version; returns how many block keys were dropped.
     pub fn remove_blocks(&self, bucket: &Arc<str>, key: &Arc<str>, m: &Mapping) -> u64 {
         let mut n = 0;
+        let bs = self.settings.block_bytes;
         for (k, s) in self.blocks_of_version(bucket, key, m) {
-            self.pick(s).0.remove(&k);
+            let store = self.pick(s).0;
+            store.remove(&k);
+            let len = block_span(k.index, bs, m.size).1;
+            let page = u64::from(crate::pages::page_bytes(k.block_bytes));
+            for p in 0..len.div_ceil(page) {
+                store.storage().delete(&k.page(p as u32));
+            }
             n += 1;
         }
         n
@@ -354,5 +399,13 @@ impl BlockCache {
     /// Forgets a persisted mapping.
     pub fn forget_mapping(&self, bucket: &Arc<str>, key: &Arc<str>) {
         self.meta.remove(&Self::map_key(bucket, key));
+    }
+}
+
+impl Drop for BlockCache {
+    /// Each store's listener holds the store (to write pages): let both go.
+    fn drop(&mut self) {
+        self.data_stats.events.detach();
+        self.meta_stats.events.detach();
     }
 }

@@ -358,7 +358,7 @@ pub(crate) async fn store_piece(
                 let _ = inflight::wait(rx).await;
             }
             Claim::Mine(tx) => {
-                let block = match cache.lookup(&key, store).await {
+                let block = match cache.held(&key, store) {
                     Some(b) if b.spans() >= MAX_SPANS => b,
                     Some(b) => b.merge(piece),
                     None => Block::of(len, piece),

@@ -128,7 +128,7 @@ impl BlockReader {
             let store = self.store(i);
             let slot = (i - b0) as usize;
             let held = if slot < PLAN {
-                let b = self.cache.lookup(&key, store).await;
+                let b = self.cache.lookup(&key, store, self.need(i)).await;
                 self.planned[slot] = b.clone();
                 b
             } else if self.cache.contains(&key, store) {

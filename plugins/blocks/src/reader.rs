@@ -244,7 +244,7 @@ impl BlockReader {
             .and_then(Option::take);
         if wait.is_none() {
             if held.is_none() {
-                held = self.cache.lookup(&key, store).await;
+                held = self.cache.lookup(&key, store, self.need(index)).await;
             }
             if let Some(b) = held.as_ref().and_then(|b| b.slice(lo, hi)) {
                 stats.hits.fetch_add(1, Ordering::Relaxed);
@@ -298,7 +298,7 @@ impl BlockReader {
                 Claim::Mine(tx) => {
                     // Another fill may have stored bytes and released its claim since we
                     // looked: look again before going to the origin.
-                    let held = self.cache.lookup(&key, store).await;
+                    let held = self.cache.lookup(&key, store, self.need(index)).await;
                     if let Some(b) = held.as_ref().and_then(|b| b.slice(lo, hi)) {
                         let _ = tx.send(held.map(Ok));
                         self.cache.inflight.release(&key);

@@ -86,24 +86,61 @@ impl Code for BlockKey {
     }
 }
 
-/// Counts what leaves a store's DRAM tier (foyer reports it through this listener).
+/// Counts what leaves a store's DRAM tier (foyer reports it through this listener), and
+/// writes the complete pages of a block evicted from it that the disk tier lacks (see
+/// [`crate::pages`]).
 #[derive(Default)]
 pub struct StoreEvents {
     /// Entries evicted to make room.
     pub evictions: std::sync::atomic::AtomicU64,
     /// Entries that left for any reason (evicted, replaced, removed).
     pub leaves: std::sync::atomic::AtomicU64,
+    /// Pages written to the disk tier (when stored whole, or as their block left DRAM).
+    pub pages_written: std::sync::atomic::AtomicU64,
+    /// The store, once open, for writing pages; taken away when the cache closes (it holds
+    /// this listener: without that, neither would ever be dropped).
+    store: std::sync::RwLock<Option<BlockStore>>,
+}
+
+impl StoreEvents {
+    /// Lets evictions write their pages to `store`.
+    pub fn attach(&self, store: &BlockStore) {
+        if let Ok(mut s) = self.store.write() {
+            *s = Some(store.clone());
+        }
+    }
+
+    /// Stops writing pages (the cache closes).
+    pub fn detach(&self) {
+        if let Ok(mut s) = self.store.write() {
+            *s = None;
+        }
+    }
+
+    /// Writes `block`'s complete pages the disk tier lacks.
+    pub fn spill(&self, key: &BlockKey, block: &Block) {
+        let Ok(store) = self.store.read() else { return };
+        if let Some(store) = store.as_ref() {
+            let n = crate::pages::spill(store, key, block);
+            self.pages_written
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl foyer::EventListener for StoreEvents {
     type Key = BlockKey;
     type Value = Block;
 
-    fn on_leave(&self, reason: foyer::Event, _key: &BlockKey, _value: &Block) {
+    fn on_leave(&self, reason: foyer::Event, key: &BlockKey, value: &Block) {
         use std::sync::atomic::Ordering::Relaxed;
+        if key.is_page() {
+            return; // a page written to disk (foyer reports the written entry leaving)
+        }
         self.leaves.fetch_add(1, Relaxed);
         if reason == foyer::Event::Evict {
             self.evictions.fetch_add(1, Relaxed);
+            self.spill(key, value);
         }
     }
 }
@@ -126,23 +163,40 @@ pub struct StoreSettings {
 pub type BlockStore = HybridCache<BlockKey, Block>;
 
 /// Stores a value that is final as it is (a whole block, a mapping record): in DRAM, and
-/// written to the disk tier now, once. It is kept in DRAM as `InMem`, so leaving DRAM does not
-/// write it again; a kill -9 right after keeps it (the restart tests read it back).
-pub fn insert_final(store: &BlockStore, key: BlockKey, value: Block) {
-    let entry = store.insert_with_properties(
-        key,
-        value,
-        HybridCacheProperties::default().with_location(Location::InMem),
-    );
-    store.storage().enqueue(entry.piece(), false);
+/// written to the disk tier now, once (a block as its pages). It is kept in DRAM as `InMem`,
+/// so foyer never writes it again; a kill -9 right after keeps it (the restart tests read it
+/// back).
+pub fn insert_final(store: &BlockStore, events: &StoreEvents, key: BlockKey, value: Block) {
+    if key.is_record() {
+        let entry = store.insert_with_properties(key, value, in_dram());
+        store.storage().enqueue(entry.piece(), false);
+        return;
+    }
+    events.spill(&key, &value);
+    store.insert_with_properties(key, value, in_dram());
 }
 
 /// Stores a value that may still grow (a partial block: a later range fill merges spans into
-/// it and inserts it again): in DRAM only. It reaches the disk tier once, as it is when it
-/// leaves DRAM (foyer's write-on-eviction pipe), not on every merge; a crash loses the partial
-/// blocks still in DRAM, which a cache may: they are refetched, never served wrong.
-pub fn insert_growing(store: &BlockStore, key: BlockKey, value: Block) {
-    store.insert(key, value);
+/// it and inserts it again): in DRAM only. Its complete pages reach the disk tier once, as it
+/// leaves DRAM ([`StoreEvents`]), not on every merge; a crash loses the partial blocks still
+/// in DRAM, which a cache may: they are refetched, never served wrong. `every_insert`
+/// (`cache.disk_writes: every_insert`) writes its complete pages now as well.
+pub fn insert_growing(
+    store: &BlockStore,
+    events: &StoreEvents,
+    key: BlockKey,
+    value: Block,
+    every_insert: bool,
+) {
+    if every_insert {
+        events.spill(&key, &value);
+    }
+    store.insert_with_properties(key, value, in_dram());
+}
+
+/// Properties of a DRAM entry: foyer's pipe never writes it (pages are written instead).
+fn in_dram() -> HybridCacheProperties {
+    HybridCacheProperties::default().with_location(Location::InMem)
 }
 
 /// foyer's disk region size: every entry must fit in one region.
@@ -175,15 +229,20 @@ pub async fn open(
     std::fs::create_dir_all(&s.disk_dir).map_err(|e| err(e.to_string()))?;
     if cfg!(target_os = "linux") {
         match build(name, s, block_bytes, events.clone(), true).await {
-            Ok(store) => return Ok(store),
+            Ok(store) => {
+                events.attach(&store);
+                return Ok(store);
+            }
             Err(e) => {
                 tracing::warn!(store = name, error = %e, "direct I/O refused; buffered disk tier")
             }
         }
     }
-    build(name, s, block_bytes, events, false)
+    let store = build(name, s, block_bytes, events.clone(), false)
         .await
-        .map_err(|e| err(e.to_string()))
+        .map_err(|e| err(e.to_string()))?;
+    events.attach(&store);
+    Ok(store)
 }
 
 async fn build(
@@ -200,14 +259,11 @@ async fn build(
     let _ = direct;
     HybridCacheBuilder::new()
         .with_name(name)
-        // Written on eviction, unless inserted as final ([`insert_final`], written at once):
-        // a partial block is written once as it leaves DRAM, not at every span merge. A
-        // block read back from disk is `Young` there and is not rewritten when it leaves.
-        .with_policy(if s.write_every_insert {
-            HybridCachePolicy::WriteOnInsertion
-        } else {
-            HybridCachePolicy::WriteOnEviction
-        })
+        // DRAM entries are `InMem`: foyer's pipe writes only the disk-only page entries
+        // [`crate::pages`] makes, as they are dropped. Nothing is flushed on close: partial
+        // blocks are written as pages by [`crate::cache::BlockCache::write_partials`].
+        .with_policy(HybridCachePolicy::WriteOnEviction)
+        .with_flush_on_close(false)
         .with_event_listener(events)
         .memory(s.dram_bytes)
         // Each shard must hold many blocks, or a block larger than a shard's share is evicted

@@ -119,7 +119,10 @@ impl BlockReader {
                 let slot = (index - b0) as usize;
                 let mut held = self.planned.get_mut(slot).and_then(Option::take);
                 if held.is_none() {
-                    held = self.cache.lookup(&key, self.store(index)).await;
+                    held = self
+                        .cache
+                        .lookup(&key, self.store(index), self.need(index))
+                        .await;
                 }
                 if let Some(bytes) = held.as_ref().and_then(|b| b.slice(lo, hi)) {
                     let _ = tx.send(held.map(Ok));

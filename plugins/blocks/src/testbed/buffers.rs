@@ -47,7 +47,12 @@ async fn an_evicted_blocks_buffer_returns_to_the_pool() {
     let (st, events) = store(dir.path()).await;
     let pool = Arc::new(BufferPool::new(64 * MIB));
     for i in 0..8 {
-        store::insert_final(&st, key(i), Block::Full(block(&pool, MIB, i as u8)));
+        store::insert_final(
+            &st,
+            &events,
+            key(i),
+            Block::Full(block(&pool, MIB, i as u8)),
+        );
     }
     st.storage().wait().await;
     let evicted = events.evictions.load(Relaxed);
@@ -65,12 +70,18 @@ async fn an_evicted_blocks_buffer_returns_to_the_pool() {
 #[tokio::test]
 async fn a_buffer_a_response_still_sends_returns_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (st, _) = store(dir.path()).await;
+    let (st, events) = store(dir.path()).await;
     let pool = Arc::new(BufferPool::new(64 * MIB));
     let bytes = block(&pool, MIB, 1);
     let sending = bytes.slice(100..200);
     let piece = Span { off: 0, bytes };
-    store::insert_growing(&st, key(0), Block::of(2 * MIB as u32, piece));
+    store::insert_growing(
+        &st,
+        &events,
+        key(0),
+        Block::of(2 * MIB as u32, piece),
+        false,
+    );
     st.remove(&key(0));
     st.storage().wait().await;
     assert_eq!(pool.free_bytes(), 0, "a response still holds a slice of it");
@@ -82,18 +93,18 @@ async fn a_buffer_a_response_still_sends_returns_after_it() {
 #[tokio::test]
 async fn a_replaced_blocks_buffer_returns() {
     let dir = tempfile::tempdir().unwrap();
-    let (st, _) = store(dir.path()).await;
+    let (st, events) = store(dir.path()).await;
     let pool = Arc::new(BufferPool::new(64 * MIB));
     let first = Span {
         off: 0,
         bytes: block(&pool, 256 << 10, 1),
     };
-    store::insert_growing(&st, key(0), Block::of(MIB as u32, first));
+    store::insert_growing(&st, &events, key(0), Block::of(MIB as u32, first), false);
     let second = Span {
         off: 0,
         bytes: block(&pool, 512 << 10, 2),
     };
-    store::insert_growing(&st, key(0), Block::of(MIB as u32, second));
+    store::insert_growing(&st, &events, key(0), Block::of(MIB as u32, second), false);
     st.storage().wait().await;
     assert_eq!(pool.free_bytes(), 256 << 10);
     let got = st.get(&key(0)).await.unwrap().unwrap();
