@@ -487,6 +487,8 @@ def memory_run(t, objs, tunables=None, disk_writes="once"):
     out = {"malloc": tunables or "glibc default", "dram_mib": dram / MiB, "meta_mib": meta / MiB, "set_mib": sum(o[1] for o in work) / MiB,
            "peak_rss_mib": peak_rss_mib(t.floe.proc.pid), "cold": cold, "warm": warm,
            "disk_read_mib": st["data"]["disk_read_bytes"] / MiB, "disk_write_mib": st["data"]["disk_write_bytes"] / MiB,
+           # What reads' ranges took from the disk tier (the disk read target's denominator).
+           "disk_served_mib": st["data"].get("disk_served_bytes", 0) / MiB,
            # What the data store took in: every byte it fetched from the origin (admitted or not).
            "origin_mib": st["data"]["origin_bytes"] / MiB, "disk_writes": disk_writes}
     t.floe.stop()
@@ -517,7 +519,7 @@ def main():
         procs.append(toxi)
         if args.memory_only:
             t = Targets(origin)
-            for m in (memory_run(t, objs), memory_run(t, objs, disk_writes="every_insert")):
+            for m in (memory_run(t, objs), memory_run(t, objs, IMAGE_MALLOC)):
                 print(json.dumps(m), flush=True)
             return
         # One untimed direct read of the whole set: MinIO's page cache is then warm for every

@@ -79,6 +79,8 @@ pub struct StoreStats {
     pub origin_bytes: AtomicU64,
     /// Bytes fetched from owner nodes for this store (fleet only).
     pub peer_bytes: AtomicU64,
+    /// Bytes of reads' ranges loaded from disk-tier pages.
+    pub disk_served_bytes: AtomicU64,
     /// What left the DRAM tier.
     pub events: Arc<StoreEvents>,
 }
@@ -259,8 +261,11 @@ impl BlockCache {
         if held.as_ref().is_some_and(|b| b.slice(lo, hi).is_some()) {
             return held;
         }
-        let (block, loaded) = crate::pages::complete(store, key, len, held, (lo, hi)).await;
-        if let (Some(b), true) = (&block, loaded) {
+        let (block, from_disk) = crate::pages::complete(store, key, len, held, (lo, hi)).await;
+        if let (Some(b), true) = (&block, from_disk > 0) {
+            stats
+                .disk_served_bytes
+                .fetch_add(from_disk, Ordering::Relaxed);
             store::insert_growing(store, &stats.events, key.clone(), b.clone(), false);
         }
         block

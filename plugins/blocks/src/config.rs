@@ -52,12 +52,12 @@ pub struct CacheSection {
     /// 8 MiB). Metadata-store blocks and warms are whole.
     #[serde(default)]
     pub fill: FillSection,
-    /// When a block reaches the disk tier. `once` (default): a whole block when it is stored,
-    /// a partial block (range fills) when it leaves DRAM, so each is written once instead of
-    /// at every span merge; a kill -9 loses the partial blocks still in DRAM (refetched, never
-    /// served wrong). `every_insert`: every insert is written at once (what a crash keeps is
-    /// everything stored, at up to ~14x the disk writes of `once` for range-heavy reads,
-    /// load/PERFORMANCE.md "Disk tier writes").
+    /// When blocks reach the disk tier, as pages (256 KiB for 2 MiB blocks), each page once.
+    /// `once` (default): a whole block's pages when it is stored, a partial block's (range
+    /// fills) complete pages when it leaves DRAM; a kill -9 loses the partial blocks still in
+    /// DRAM (refetched, never served wrong). `every_insert`: a partial block's complete pages
+    /// at each fill as well, so a crash keeps them (no more bytes written: a page on disk is
+    /// not written again, only sooner).
     #[serde(default)]
     pub disk_writes: DiskWritesSection,
     /// TTL of mappings of rewritable objects (version-hint.text, unknown files), revalidated
@@ -86,10 +86,10 @@ pub enum FillSection {
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DiskWritesSection {
-    /// Whole blocks when stored, partial blocks when they leave DRAM.
+    /// Whole blocks' pages when stored, partial blocks' complete pages when they leave DRAM.
     #[default]
     Once,
-    /// Every insert, at once.
+    /// Complete pages at every insert.
     EveryInsert,
 }
 

@@ -99,14 +99,14 @@ pub fn spill(store: &BlockStore, key: &BlockKey, block: &Block) -> usize {
 }
 
 /// `held` (the block's DRAM entry, if any) with the bytes of `lo..hi` it lacks added from the
-/// pages on disk; `.1` says whether any page was loaded.
+/// pages on disk; `.1`: how many bytes of `lo..hi` the loaded pages brought.
 pub async fn complete(
     store: &BlockStore,
     key: &BlockKey,
     len: u32,
     held: Option<Block>,
     (lo, hi): (u32, u32),
-) -> (Option<Block>, bool) {
+) -> (Option<Block>, u64) {
     let page = page_bytes(key.block_bytes);
     let wanted: Vec<(u32, u32, u32)> = touched(len, page, lo, hi.min(len))
         .filter(|(_, a, b)| {
@@ -115,24 +115,24 @@ pub async fn complete(
         })
         .collect();
     if wanted.is_empty() {
-        return (held, false);
+        return (held, 0);
     }
     let loads = wanted
         .iter()
         .map(|(p, a, b)| load_page(store, key.page(*p), (b - a) as usize));
     let pages = futures::future::join_all(loads).await;
     let mut block = held;
-    let mut loaded = false;
-    for ((_, a, _), bytes) in wanted.iter().zip(pages) {
+    let mut from_disk = 0;
+    for ((_, a, b), bytes) in wanted.iter().zip(pages) {
         let Some(bytes) = bytes else { continue };
+        from_disk += u64::from(hi.min(*b).saturating_sub(lo.max(*a)));
         let piece = Span { off: *a, bytes };
         block = Some(match block {
             Some(b) => b.merge(piece),
             None => Block::of(len, piece),
         });
-        loaded = true;
     }
-    (block, loaded)
+    (block, from_disk)
 }
 
 /// A page's bytes from the disk tier; a page of the wrong length or unreadable is dropped

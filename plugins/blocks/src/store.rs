@@ -257,6 +257,12 @@ async fn build(
     let device = device.with_direct(direct);
     #[cfg(not(target_os = "linux"))]
     let _ = direct;
+    // foyer's write buffers (and the queue before them) hold bytes beside the DRAM ceiling:
+    // a sixteenth of it, 4 MiB to foyer's default 16 MiB (and two of the largest entry).
+    let largest = crate::pages::page_bytes(block_bytes as u32) as usize;
+    let flush_buffer = (s.dram_bytes / 16)
+        .clamp(4 << 20, 16 << 20)
+        .max(2 * largest);
     HybridCacheBuilder::new()
         .with_name(name)
         // DRAM entries are `InMem`: foyer's pipe writes only the disk-only page entries
@@ -279,6 +285,8 @@ async fn build(
         .with_engine_config(
             BlockEngineConfig::new(device.build()?)
                 .with_block_size(REGION_BYTES)
+                .with_buffer_pool_size(flush_buffer)
+                .with_submit_queue_size_threshold(2 * flush_buffer)
                 .with_tombstone_log(true),
         )
         .with_recover_mode(RecoverMode::Quiet)

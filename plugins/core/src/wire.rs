@@ -98,6 +98,13 @@ pub struct StoreStatsDoc {
     /// Bytes fetched from owner nodes (fleet only).
     #[serde(default)]
     pub peer_bytes: u64,
+    /// Bytes of reads' ranges that came from disk-tier pages (`disk_read_bytes` over this is
+    /// how much more the disk read than was asked of it).
+    #[serde(default)]
+    pub disk_served_bytes: u64,
+    /// Pages written to the disk tier.
+    #[serde(default)]
+    pub disk_pages_written: u64,
 }
 
 /// `GET /stats`.
