@@ -258,9 +258,9 @@ async fn build(
     #[cfg(not(target_os = "linux"))]
     let _ = direct;
     // foyer's write buffers (and the queue before them) hold bytes beside the DRAM ceiling:
-    // a sixteenth of it, 4 MiB to foyer's default 16 MiB (and two of the largest entry).
+    // a thirty-second of it, 4 MiB to foyer's default 16 MiB (and two of the largest entry).
     let largest = crate::pages::page_bytes(block_bytes as u32) as usize;
-    let flush_buffer = (s.dram_bytes / 16)
+    let flush_buffer = (s.dram_bytes / 32)
         .clamp(4 << 20, 16 << 20)
         .max(2 * largest);
     HybridCacheBuilder::new()
