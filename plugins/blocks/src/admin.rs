@@ -256,7 +256,8 @@ fn store_stats(s: &BlockStore, st: &StoreStats, disk: usize) -> wire::StoreStats
         origin_bytes: n(&st.origin_bytes),
         peer_bytes: n(&st.peer_bytes),
         disk_served_bytes: n(&st.disk_served_bytes),
-        disk_pages_written: n(&st.events.pages_written),
+        disk_pages_written: n(&st.events.pages.written),
+        disk_pages_dropped: n(&st.events.pages.dropped),
     }
 }
 

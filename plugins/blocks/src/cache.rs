@@ -213,11 +213,14 @@ impl BlockCache {
             for (k, v) in &partials {
                 stats.events.spill(k, v);
             }
+            stats.events.drain().await;
         }
     }
 
-    /// Waits until both stores' pending disk writes are done.
+    /// Waits until both stores' pending disk writes are done (pages queued, then foyer's).
     pub async fn settle(&self) {
+        self.data_stats.events.drain().await;
+        self.meta_stats.events.drain().await;
         self.data.storage().wait().await;
         self.meta.storage().wait().await;
     }

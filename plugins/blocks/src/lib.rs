@@ -30,6 +30,7 @@ mod mapping;
 pub mod missed;
 pub mod neighbours;
 mod ops;
+mod page_writer;
 mod pages;
 mod peer;
 pub mod placement;

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use foyer::Load;
 
 use crate::block::{Block, Span};
+use crate::page_writer::PageQueue;
 use crate::store::{BlockKey, BlockStore};
 
 /// The largest page: a 1 MiB range of a 2 MiB block loads 4 or 5 of them (1.0-1.25x).
@@ -71,31 +72,17 @@ fn touched(len: u32, page: u32, lo: u32, hi: u32) -> impl Iterator<Item = (u32, 
     (lo / page..last).map(move |p| (p, p * page, ((p + 1) * page).min(len)))
 }
 
-/// Writes the pages of `block` that it holds whole and the disk tier lacks; returns how many.
-pub fn spill(store: &BlockStore, key: &BlockKey, block: &Block) -> usize {
+/// Queues the pages of `block` that it holds whole and the disk tier lacks.
+pub fn spill(store: &BlockStore, queue: &PageQueue, key: &BlockKey, block: &Block) {
     if key.is_page() || key.is_record() {
-        return 0;
+        return;
     }
     let page = page_bytes(key.block_bytes);
-    let mut written = 0;
     for (p, a, b) in touched(block.block_len(), page, 0, block.block_len()) {
-        let Some(bytes) = block.slice(a, b) else {
-            continue;
-        };
-        let page_key = key.page(p);
-        if store.storage().may_contains(&page_key) {
-            continue;
+        if let Some(bytes) = block.slice(a, b) {
+            queue.offer(store, key.page(p), bytes);
         }
-        // Disk only: a phantom entry that foyer's pipe writes as it is dropped here.
-        drop(
-            store
-                .storage_writer(page_key)
-                .force()
-                .insert(Block::Full(bytes)),
-        );
-        written += 1;
     }
-    written
 }
 
 /// `held` (the block's DRAM entry, if any) with the bytes of `lo..hi` it lacks added from the

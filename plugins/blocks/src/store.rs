@@ -10,6 +10,7 @@ use foyer::{
 };
 
 use crate::block::Block;
+use crate::page_writer::{PageCounters, PageQueue};
 
 /// Identity of one cached block: (bucket, key, ETag, block size, index). `index == u64::MAX`
 /// with an empty ETag marks a key->ETag mapping record instead of bytes.
@@ -88,42 +89,64 @@ impl Code for BlockKey {
 
 /// Counts what leaves a store's DRAM tier (foyer reports it through this listener), and
 /// writes the complete pages of a block evicted from it that the disk tier lacks (see
-/// [`crate::pages`]).
+/// [`crate::pages`]), through the store's page writer ([`crate::page_writer`]).
 #[derive(Default)]
 pub struct StoreEvents {
     /// Entries evicted to make room.
     pub evictions: std::sync::atomic::AtomicU64,
     /// Entries that left for any reason (evicted, replaced, removed).
     pub leaves: std::sync::atomic::AtomicU64,
-    /// Pages written to the disk tier (when stored whole, or as their block left DRAM).
-    pub pages_written: std::sync::atomic::AtomicU64,
-    /// The store, once open, for writing pages; taken away when the cache closes (it holds
-    /// this listener: without that, neither would ever be dropped).
-    store: std::sync::RwLock<Option<BlockStore>>,
+    /// Pages handed to the disk tier (when stored whole, or as their block left DRAM), and
+    /// those dropped for a full queue.
+    pub pages: Arc<PageCounters>,
+    /// The store, once open, and its page writer; taken away when the cache closes (the store
+    /// holds this listener: without that, neither would ever be dropped; and the writer stops
+    /// once its queue is written).
+    writer: std::sync::RwLock<Option<(BlockStore, PageQueue)>>,
 }
 
 impl StoreEvents {
-    /// Lets evictions write their pages to `store`.
-    pub fn attach(&self, store: &BlockStore) {
-        if let Ok(mut s) = self.store.write() {
-            *s = Some(store.clone());
+    /// Starts the page writer of `store` (on the current runtime) and lets evictions write
+    /// their pages through it.
+    pub fn attach(&self, store: &BlockStore, buffer_bytes: usize) {
+        // A batch is half of foyer's write buffer (records and tombstones share it). The queue
+        // holds four buffers' worth (16-64 MiB): bursts of evictions or stored blocks wait,
+        // not drop. What it holds of blocks still in DRAM costs nothing more; of evicted ones,
+        // memory beside the DRAM ceiling until written (the disk writes far faster than fills).
+        let queue = PageQueue::start(
+            store.clone(),
+            self.pages.clone(),
+            buffer_bytes / 2,
+            4 * buffer_bytes,
+        );
+        if let Ok(mut w) = self.writer.write() {
+            *w = Some((store.clone(), queue));
         }
     }
 
-    /// Stops writing pages (the cache closes).
+    /// Stops writing pages (the cache closes); what was queued is still written.
     pub fn detach(&self) {
-        if let Ok(mut s) = self.store.write() {
-            *s = None;
+        if let Ok(mut w) = self.writer.write() {
+            *w = None;
         }
     }
 
-    /// Writes `block`'s complete pages the disk tier lacks.
+    /// Queues `block`'s complete pages the disk tier lacks.
     pub fn spill(&self, key: &BlockKey, block: &Block) {
-        let Ok(store) = self.store.read() else { return };
-        if let Some(store) = store.as_ref() {
-            let n = crate::pages::spill(store, key, block);
-            self.pages_written
-                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        let Ok(w) = self.writer.read() else { return };
+        if let Some((store, queue)) = w.as_ref() {
+            crate::pages::spill(store, queue, key, block);
+        }
+    }
+
+    /// Waits until the pages queued so far are on the device.
+    pub async fn drain(&self) {
+        let wait = match self.writer.read() {
+            Ok(w) => w.as_ref().map(|(_, queue)| queue.drain()),
+            Err(_) => None,
+        };
+        if let Some(wait) = wait {
+            wait.await;
         }
     }
 }
@@ -230,7 +253,7 @@ pub async fn open(
     if cfg!(target_os = "linux") {
         match build(name, s, block_bytes, events.clone(), true).await {
             Ok(store) => {
-                events.attach(&store);
+                events.attach(&store, flush_buffer_bytes(s, block_bytes));
                 return Ok(store);
             }
             Err(e) => {
@@ -241,8 +264,18 @@ pub async fn open(
     let store = build(name, s, block_bytes, events.clone(), false)
         .await
         .map_err(|e| err(e.to_string()))?;
-    events.attach(&store);
+    events.attach(&store, flush_buffer_bytes(s, block_bytes));
     Ok(store)
+}
+
+/// foyer's write buffer: its buffers (and the queue before them) hold bytes beside the DRAM
+/// ceiling: a thirty-second of it, 4 MiB to foyer's default 16 MiB (and two of the largest
+/// entry). The page writer's batches fit it ([`crate::page_writer`]).
+fn flush_buffer_bytes(s: &StoreSettings, block_bytes: usize) -> usize {
+    let largest = crate::pages::page_bytes(block_bytes as u32) as usize;
+    (s.dram_bytes / 32)
+        .clamp(4 << 20, 16 << 20)
+        .max(2 * largest)
 }
 
 async fn build(
@@ -257,12 +290,7 @@ async fn build(
     let device = device.with_direct(direct);
     #[cfg(not(target_os = "linux"))]
     let _ = direct;
-    // foyer's write buffers (and the queue before them) hold bytes beside the DRAM ceiling:
-    // a thirty-second of it, 4 MiB to foyer's default 16 MiB (and two of the largest entry).
-    let largest = crate::pages::page_bytes(block_bytes as u32) as usize;
-    let flush_buffer = (s.dram_bytes / 32)
-        .clamp(4 << 20, 16 << 20)
-        .max(2 * largest);
+    let flush_buffer = flush_buffer_bytes(s, block_bytes);
     HybridCacheBuilder::new()
         .with_name(name)
         // DRAM entries are `InMem`: foyer's pipe writes only the disk-only page entries

@@ -102,9 +102,12 @@ pub struct StoreStatsDoc {
     /// how much more the disk read than was asked of it).
     #[serde(default)]
     pub disk_served_bytes: u64,
-    /// Pages written to the disk tier.
+    /// Pages handed to the disk tier's writer.
     #[serde(default)]
     pub disk_pages_written: u64,
+    /// Pages not written: the writer's queue was at its bound (disk slower than fills).
+    #[serde(default)]
+    pub disk_pages_dropped: u64,
 }
 
 /// `GET /stats`.

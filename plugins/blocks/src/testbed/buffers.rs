@@ -54,6 +54,7 @@ async fn an_evicted_blocks_buffer_returns_to_the_pool() {
             Block::Full(block(&pool, MIB, i as u8)),
         );
     }
+    events.drain().await; // the pages queued hold the buffers until written
     st.storage().wait().await;
     let evicted = events.evictions.load(Relaxed);
     assert!(evicted >= 5, "{evicted} evictions");
@@ -83,6 +84,7 @@ async fn a_buffer_a_response_still_sends_returns_after_it() {
         false,
     );
     st.remove(&key(0));
+    events.drain().await; // the pages queued hold the buffers until written
     st.storage().wait().await;
     assert_eq!(pool.free_bytes(), 0, "a response still holds a slice of it");
     assert_eq!(&sending[..], &[1; 100]);
@@ -105,6 +107,7 @@ async fn a_replaced_blocks_buffer_returns() {
         bytes: block(&pool, 512 << 10, 2),
     };
     store::insert_growing(&st, &events, key(0), Block::of(MIB as u32, second), false);
+    events.drain().await; // the pages queued hold the buffers until written
     st.storage().wait().await;
     assert_eq!(pool.free_bytes(), 256 << 10);
     let got = st.get(&key(0)).await.unwrap().unwrap();

@@ -3,6 +3,7 @@
 //! (or at each fill with `cache.disk_writes: every_insert`), however many range fills grew it;
 //! a read that misses DRAM loads only the pages of its range.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,9 +45,7 @@ fn read_from_disk(bed: &Bed) -> usize {
 
 fn pages_written(bed: &Bed) -> u64 {
     let events = &bed.cache.data_stats.events;
-    events
-        .pages_written
-        .load(std::sync::atomic::Ordering::Relaxed)
+    events.pages.written.load(Relaxed)
 }
 
 /// Range fills of two pages each: the object's pages 0-1, 4-5 (block 0) and 8-9 (block 1's
@@ -173,4 +172,48 @@ async fn a_whole_block_is_written_when_stored_and_not_again() {
     bed.cache.data.memory().evict_all();
     assert_eq!(pages_written(&bed), pages as u64);
     assert!(written(&bed).await - stored <= 2 * ALIGN);
+}
+
+/// Twelve 1 MiB blocks stored at once are 96 pages, three times foyer's 4 MiB write buffer:
+/// foyer drops what arrives while its buffer is full and a write is in flight; the page writer
+/// paces them, so every page reaches the disk (a restart or a DRAM miss finds it).
+#[tokio::test]
+async fn a_burst_of_blocks_larger_than_foyers_write_buffer_reaches_the_disk_whole() {
+    use crate::block::Block;
+    use crate::store::{self, BlockKey, StoreEvents, StoreSettings};
+    const MIB: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let events = Arc::new(StoreEvents::default());
+    let s = StoreSettings {
+        dram_bytes: 64 * MIB,
+        disk_dir: dir.path().to_path_buf(),
+        disk_bytes: 256 * MIB,
+        write_every_insert: false,
+    };
+    let st = store::open("data", &s, MIB, events.clone()).await.unwrap();
+    let key = |index: u64| BlockKey {
+        bucket: Arc::from("bed"),
+        key: Arc::from("data/burst.bin"),
+        etag: Arc::from("e1"),
+        block_bytes: MIB as u32,
+        index,
+    };
+    for i in 0..12 {
+        let bytes = bytes::Bytes::from(vec![i as u8; MIB]);
+        store::insert_final(&st, &events, key(i), Block::Full(bytes));
+    }
+    events.drain().await;
+    st.storage().wait().await;
+    let pages = MIB / page_bytes(MIB as u32) as usize;
+    assert_eq!(events.pages.written.load(Relaxed), 12 * pages as u64);
+    assert_eq!(events.pages.dropped.load(Relaxed), 0);
+    assert!(st.statistics().disk_write_bytes() >= 12 * MIB);
+    for i in 0..12 {
+        for p in 0..pages as u32 {
+            assert!(
+                st.storage().may_contains(&key(i).page(p)),
+                "block {i} page {p}"
+            );
+        }
+    }
 }
