@@ -46,12 +46,6 @@ pub struct PageCounters {
     pending: Mutex<HashSet<BlockKey>>,
 }
 
-impl PageCounters {
-    fn is_pending(&self, key: &BlockKey) -> bool {
-        self.pending.lock().is_ok_and(|p| p.contains(key))
-    }
-}
-
 /// The sending side of a store's page writer.
 pub struct PageQueue {
     tx: mpsc::UnboundedSender<Job>,
@@ -77,28 +71,34 @@ impl PageQueue {
         }
     }
 
-    /// Queues page `page_key` unless the disk tier has it or it is queued already; false when
-    /// it is not queued for want of room.
-    pub fn offer(&self, store: &BlockStore, page_key: BlockKey, bytes: Bytes) -> Offer {
+    /// Queues page `page_key` unless the disk tier has it or it is queued already; a page
+    /// past the queue's bound is counted as dropped.
+    pub fn offer(&self, store: &BlockStore, page_key: BlockKey, bytes: Bytes) {
         let counters = &self.counters;
-        if store.storage().may_contains(&page_key) || counters.is_pending(&page_key) {
-            return Offer::Present;
+        if store.storage().may_contains(&page_key) {
+            return;
+        }
+        // One lock: checks and claims the page, so two evictions never queue it twice.
+        let claimed = counters
+            .pending
+            .lock()
+            .is_ok_and(|mut pending| pending.insert(page_key.clone()));
+        if !claimed {
+            return;
         }
         let len = bytes.len();
         let queued = counters.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if queued + len > self.bound_bytes {
+        if queued + len > self.bound_bytes
+            || self.tx.send(Job::Page(page_key.clone(), bytes)).is_err()
+        {
             counters.queued_bytes.fetch_sub(len, Ordering::AcqRel);
             counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return Offer::Full;
-        }
-        if let Ok(mut pending) = counters.pending.lock() {
-            pending.insert(page_key.clone());
+            if let Ok(mut pending) = counters.pending.lock() {
+                pending.remove(&page_key);
+            }
+            return;
         }
         counters.written.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Job::Page(page_key, bytes)).is_err() {
-            counters.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-        }
-        Offer::Queued
     }
 
     /// Waits until every page queued so far is on the device.
@@ -111,17 +111,6 @@ impl PageQueue {
             }
         }
     }
-}
-
-/// What became of an offered page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offer {
-    /// Queued for writing.
-    Queued,
-    /// On disk or queued already.
-    Present,
-    /// Not queued: the queue is at its bound.
-    Full,
 }
 
 /// The worker: takes what is queued up to `batch_bytes`, hands it to foyer, waits until it is
