@@ -102,6 +102,34 @@ impl Forget {
         self.keys.len()
     }
 
+    /// Applies it here as a write elsewhere needs: drops the keys' mappings, then retires a
+    /// staged write of them this node still holds that the fleet retired
+    /// ([`floe_core::OriginReader::changed_elsewhere`]), then drops the mappings again: a read
+    /// between the two resolved to that staged write (it comes first,
+    /// [`floe_core::OriginReader::local_head`]) and must not keep what it found. Used for a
+    /// forget received and for one a node back from away learns it missed; returns how many
+    /// keys.
+    pub(crate) async fn apply_and_retire(
+        &self,
+        cache: &BlockCache,
+        routes: &RwLock<HashMap<String, Arc<BlockFilter>>>,
+    ) -> usize {
+        let applied = self.apply_here(cache, routes);
+        if self.every {
+            return applied;
+        }
+        let route = routes
+            .read()
+            .ok()
+            .and_then(|r| r.get(&self.bucket).cloned());
+        let bucket = floe_core::BucketName::parse(&self.bucket).ok();
+        if let (Some(route), Some(bucket)) = (route, bucket) {
+            route.origin.changed_elsewhere(&bucket, &self.keys).await;
+            self.apply_here(cache, routes);
+        }
+        applied
+    }
+
     /// Reads one from a call; `Err` names what is wrong.
     pub fn decode(call: &PeerCall) -> Result<Self, WireError> {
         if call.method != "POST" || call.path != FORGET_PATH {

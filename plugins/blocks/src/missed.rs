@@ -317,7 +317,10 @@ impl CatchUp {
         let mut applied = 0;
         for forget in answers.iter().flat_map(|m| &m.forgets) {
             if let Some(routes) = &routes {
-                applied += forget.apply_here(&self.cache, routes);
+                // As a forget received (`service.rs`): a staged write the fleet retired
+                // meanwhile goes too, or the next read resolves to it (and a node back from
+                // away is the one most likely to hold such a write).
+                applied += forget.apply_and_retire(&self.cache, routes).await;
             }
         }
         tracing::info!(

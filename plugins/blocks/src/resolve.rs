@@ -124,6 +124,20 @@ impl BlockFilter {
         class: Class,
         probe: Probe<'_>,
     ) -> (Resolved, Option<Adopted>) {
+        // A write acknowledged on this node and not at the origin yet is the version, whatever
+        // the owner knows, and whatever this node persisted before it.
+        if let Some(head) = self.origin.local_head(bucket, key) {
+            tracing::debug!(
+                key = key.as_str(),
+                etag = head.etag.as_str(),
+                "resolved from a staged write"
+            );
+            // Not persisted: the version is not at the origin yet. A restart resolves to the
+            // write again while it is staged, and to the origin's version after; a persisted
+            // copy would outlive a write that overtakes it while this node is away.
+            let m = self.remember_as(key, Mapping::new(head, class), ticket, false);
+            return (Ok(Some((m, false))), None);
+        }
         let object_key: Arc<str> = key.shared();
         let trusted =
             !self.map.dropped_since_boot(key.as_str()) && self.cache.returning.trusts_persisted();
@@ -142,17 +156,6 @@ impl BlockFilter {
                 self.map.put_unless_dropped(key.as_str(), m.clone(), ticket);
                 return (Ok(Some((m, true))), None);
             }
-        }
-        // A write acknowledged on this node and not at the origin yet is the version, whatever
-        // the owner knows.
-        if let Some(head) = self.origin.local_head(bucket, key) {
-            tracing::debug!(
-                key = key.as_str(),
-                etag = head.etag.as_str(),
-                "resolved from a staged write"
-            );
-            let m = self.remember(key, Mapping::new(head, class), ticket);
-            return (Ok(Some((m, false))), None);
         }
         let hint = known.as_ref().map(|m| &m.etag);
         let probe = match self.ask_owner((key, ticket), class, probe, hint).await {
@@ -361,6 +364,19 @@ impl BlockFilter {
     /// unless the key was dropped since `ticket`: then the mapping only answers the request
     /// that resolved it (which overlapped the write that dropped the key).
     fn remember(&self, key: &ObjectKey, m: Mapping, ticket: Ticket) -> Arc<Mapping> {
+        self.remember_as(key, m, ticket, true)
+    }
+
+    /// [`BlockFilter::remember`]; `persist`: an immutable object's mapping may be persisted
+    /// (false: memory only).
+    fn remember_as(
+        &self,
+        key: &ObjectKey,
+        m: Mapping,
+        ticket: Ticket,
+        persist: bool,
+    ) -> Arc<Mapping> {
+        let persist = persist && m.class.immutable;
         let m = Arc::new(m);
         if self.map.ticket(key.as_str()) != ticket {
             return m;
@@ -368,10 +384,10 @@ impl BlockFilter {
         // Persisted first: a drop between the two then removes both (a drop removes the
         // persisted mapping too), never leaving a persisted version behind a dropped one.
         let object_key = key.shared();
-        if m.class.immutable {
+        if persist {
             self.cache.save_mapping(&self.bucket_key, &object_key, &m);
         }
-        if !self.map.put_unless_dropped(key.as_str(), m.clone(), ticket) && m.class.immutable {
+        if !self.map.put_unless_dropped(key.as_str(), m.clone(), ticket) && persist {
             self.cache.forget_mapping(&self.bucket_key, &object_key);
         }
         m

@@ -170,14 +170,9 @@ impl PeerService for BlocksService {
         match Forget::decode(&call) {
             Ok(f) => {
                 self.cache.forgets.record(&f);
-                f.apply_here(&self.cache, &self.routes);
-                let route = self.route(&f.bucket);
-                let bucket = floe_core::BucketName::parse(&f.bucket).ok();
-                if let (Some(route), Some(bucket), false) = (route, bucket, f.every) {
-                    // The key changed at the origin: a staged write the fleet retired while
-                    // this node missed it must not be what the next read resolves to.
-                    route.origin.changed_elsewhere(&bucket, &f.keys).await;
-                }
+                // The key changed at the origin: a staged write the fleet retired while this
+                // node missed it must not be what the next read resolves to.
+                f.apply_and_retire(&self.cache, &self.routes).await;
                 PeerReply {
                     status: 204,
                     body: Bytes::new(),

@@ -59,6 +59,8 @@ pub struct MemOrigin {
     pub gets: AtomicU64,
     /// Body bytes sent.
     pub bytes: Arc<AtomicU64>,
+    /// Writes "staged on this node" (write-back's): what `local_head` answers.
+    pub staged: Mutex<HashMap<String, ObjectHead>>,
 }
 
 impl Default for MemOrigin {
@@ -74,6 +76,7 @@ impl Default for MemOrigin {
             heads: AtomicU64::new(0),
             gets: AtomicU64::new(0),
             bytes: Arc::default(),
+            staged: Mutex::default(),
         }
     }
 }
@@ -85,6 +88,16 @@ impl MemOrigin {
         let etag = ETag::parse(&format!("\"v{n}\"")).unwrap();
         if let Ok(mut o) = self.objects.lock() {
             o.insert(key.to_owned(), (etag.clone(), body.into()));
+        }
+        etag
+    }
+
+    /// Stages `body` as `key`'s version on this node (not at the origin); returns its ETag.
+    pub fn stage(&self, key: &str, body: &[u8]) -> ETag {
+        let etag = ETag::parse("\"staged\"").unwrap();
+        let head = Self::head_of(&etag, &Bytes::copy_from_slice(body));
+        if let Ok(mut s) = self.staged.lock() {
+            s.insert(key.to_owned(), head);
         }
         etag
     }
@@ -206,6 +219,10 @@ impl ByteStream for MemBody {
 
 #[async_trait]
 impl OriginReader for MemOrigin {
+    fn local_head(&self, _bucket: &BucketName, key: &ObjectKey) -> Option<ObjectHead> {
+        self.staged.lock().ok()?.get(key.as_str()).cloned()
+    }
+
     async fn head(
         &self,
         _bucket: &BucketName,
