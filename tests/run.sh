@@ -34,6 +34,7 @@ need=()
 command -v cmake >/dev/null || need+=(cmake)          # pingora's libz-ng-sys build
 command -v mvn >/dev/null || need+=(maven)            # the Iceberg REST catalog fixture
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v chromium >/dev/null || need+=(chromium)   # the console's page test (headless)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing ${need[*]} (apt-get)"
   apt_log="$(mktemp)"

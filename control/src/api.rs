@@ -1,5 +1,5 @@
-//! floe-control's HTTP listener (hyper, HTTP/1.1): `GET /status` and `GET /metrics` for
-//! operators, and with a scheduler configured its routes (see [`floe_sched::http`]):
+//! floe-control's HTTP listener (hyper, HTTP/1.1): `GET /status`, `GET /metrics` and the
+//! console (`GET /console`, its document `GET /console/data`) for operators, and with a scheduler configured its routes (see [`floe_sched::http`]):
 //! `POST /events` (CloudEvents, structured or binary mode), `/hooks/<path>` (webhooks),
 //! `POST /deployments/<name>/dispatch`, `GET /runs`.
 
@@ -43,6 +43,14 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
             }
             json_reply(StatusCode::OK, &doc)
         }
+        (&hyper::Method::GET, "/console" | "/console/") => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            crate::console::PAGE.to_owned(),
+        ),
+        (&hyper::Method::GET, "/console/data") => {
+            json_reply(StatusCode::OK, &crate::console::data(&ctl).await)
+        }
         (&hyper::Method::GET, "/metrics") => {
             use prometheus::Encoder;
             let mut out = Vec::new();
@@ -52,7 +60,7 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
         }
         _ => {
             let Some(s) = ctl.sched.get() else {
-                return error(StatusCode::NOT_FOUND, "GET /status or /metrics");
+                return error(StatusCode::NOT_FOUND, "GET /status, /metrics or /console");
             };
             let body = match Limited::new(body, MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),

@@ -6,7 +6,7 @@
 //! column chunks to the proxies (column-chunk fills); the **heat** worker
 //! drains the proxies' access reports into a ledger by (table, partition, column); after a
 //! compaction the **prefetcher** warms the hottest column chunks of the new files. **status**
-//! serves the JSON `floe-control status` prints. With a `scheduler:` section the CloudEvents
+//! serves the JSON `floe-control status` prints and the **console** page (`console`). With a `scheduler:` section the CloudEvents
 //! scheduler (`floe_sched`) runs beside them; `conform` checks a worker against its contract.
 //!
 //! ```
@@ -21,6 +21,7 @@
 pub mod api;
 pub mod config;
 pub mod conform;
+pub mod console;
 pub mod error;
 pub mod expiry;
 pub mod fleet;
@@ -91,6 +92,7 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
             otel::bridge(ctl.clone(), b.handle("otel-metrics"), stop.clone()),
         ));
     }
+    tasks.push(console::spawn(&ctl, &stop));
     tasks.push(worker::spawn(
         b.handle("status"),
         api::serve(ctl.clone(), b.handle("status"), listener, stop.clone()),

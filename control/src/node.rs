@@ -232,6 +232,23 @@ impl NodeClient {
         self.send(req).await.map(|_| ())
     }
 
+    /// The node's block-cache statistics (`GET /stats`).
+    pub async fn stats(&self) -> Result<wire::StatsDoc, NodeError> {
+        let req = self.http.get(format!("{}/stats", self.node.admin));
+        self.json(req).await
+    }
+
+    /// Any other admin document as JSON (`/writeback`, `/fleet`); `None` when the node has no
+    /// such part (404: no write-back route, not in a fleet).
+    pub async fn doc(&self, path: &str) -> Result<Option<serde_json::Value>, NodeError> {
+        let req = self.http.get(format!("{}{path}", self.node.admin));
+        match self.json(req).await {
+            Ok(v) => Ok(Some(v)),
+            Err(NodeError::Status { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Client reads on the node waiting on origin fills right now.
     pub async fn foreground_misses(&self) -> Result<u64, NodeError> {
         let req = self.http.get(format!("{}/stats", self.node.admin));

@@ -99,6 +99,8 @@ pub struct Control {
     pub placement: Box<dyn Placement>,
     /// The scheduler, once started (the watcher hands it each commit's event).
     pub sched: std::sync::OnceLock<Arc<floe_sched::Scheduler>>,
+    /// What the console shows of the fleet and the heat over time ([`crate::console`]).
+    pub console: crate::console::Console,
 }
 
 impl Control {
@@ -125,6 +127,7 @@ impl Control {
             board: Board::default(),
             placement: Box::new(EveryNode),
             sched: std::sync::OnceLock::new(),
+            console: Default::default(),
         })
     }
 
