@@ -179,7 +179,10 @@ async fn a_staged_write_wins_over_the_persisted_mapping_and_is_never_persisted()
         let bucket = bed.filter.bucket_key.clone();
         async move { cache.load_mapping(&bucket, &key.into(), class).await }
     };
-    assert!(persisted(&bed).await.is_some(), "the origin's version is persisted");
+    assert!(
+        persisted(&bed).await.is_some(),
+        "the origin's version is persisted"
+    );
     // Restarted with a write staged meanwhile: it is the version, not the persisted one.
     let settings = bed.cache.settings.clone();
     let (dir, origin) = bed.close().await;
