@@ -164,6 +164,23 @@ impl BlocksAdmin {
 }
 
 impl BlocksAdmin {
+    /// `PUT /kept?bucket=`: the route's pinned files (see [`crate::kept`]); 409 when they do
+    /// not fit `cache.pinned_bytes` here (nothing changed then).
+    async fn keep(&self, req: &AdminRequest) -> AdminResponse {
+        let filter = match self.route(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let body: wire::KeptBody = match serde_json::from_slice(&req.body) {
+            Ok(b) => b,
+            Err(e) => return AdminResponse::error(400, format!("bad kept body: {e}")),
+        };
+        match filter.keep(&body).await {
+            Ok(doc) => AdminResponse::doc(200, &doc),
+            Err(e) => AdminResponse::error(409, e.to_string()),
+        }
+    }
+
     /// `POST /chunks`: one table's column chunks.
     fn publish_chunks(&self, req: &AdminRequest) -> AdminResponse {
         if let Err(r) = self.route(req) {
@@ -221,6 +238,11 @@ impl AdminHandler for BlocksAdmin {
             ("GET", "/accesses") => self.accesses(req),
             ("POST", "/classify") => self.classify(req),
             ("POST", "/chunks") => self.publish_chunks(req),
+            ("PUT", "/kept") => self.keep(req).await,
+            ("GET", "/kept") => match self.route(req) {
+                Ok(f) => AdminResponse::doc(200, &f.kept_doc()),
+                Err(r) => r,
+            },
             ("GET", "/chunks") => self.file_chunks(req),
             ("POST", "/purge") => self.purge(req).await,
             ("POST", "/settle") => {
@@ -269,6 +291,7 @@ pub fn stats(c: &BlockCache) -> wire::StatsDoc {
         accesses_dropped: c.access.dropped(),
         data: store_stats(&c.data, &c.data_stats, c.settings.data.disk_bytes),
         metadata: store_stats(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
+        kept: store_stats(&c.kept, &c.kept_stats, 0),
         hint_chunks: c.hints.chunks() as u64,
         small_reads: c.neighbours.counts(),
         buffers: crate::pool::BufferPool::shared().doc(),

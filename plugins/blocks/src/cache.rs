@@ -27,6 +27,8 @@ pub struct CacheSettings {
     pub data: StoreSettings,
     /// Metadata store.
     pub meta: StoreSettings,
+    /// DRAM of the kept store (pinned tables' files; 0: pins refused).
+    pub kept_bytes: usize,
     /// Touches a data block needs before admission once the data store is under pressure.
     pub admission_threshold: u8,
     /// TTL of mutable (rewritable) objects' mappings.
@@ -97,6 +99,12 @@ pub struct BlockCache {
     pub data_stats: StoreStats,
     /// Metadata store counters.
     pub meta_stats: StoreStats,
+    /// Kept store: pinned tables' files, in DRAM only (see [`crate::kept`]).
+    pub kept: BlockStore,
+    /// Kept store counters.
+    pub kept_stats: StoreStats,
+    /// Every route's pinned bytes here, against `kept_bytes`.
+    pub kept_ledger: crate::kept::KeptLedger,
     /// Served reads, drained by the control plane's heat ledger.
     pub access: AccessLog,
     /// Client reads that are waiting on origin fills right now (the control plane's prefetch
@@ -155,6 +163,13 @@ impl BlockCache {
             meta_stats.events.clone(),
         )
         .await?;
+        let kept_stats = StoreStats::default();
+        let kept = store::open_kept(
+            settings.kept_bytes,
+            settings.block_bytes as usize,
+            kept_stats.events.clone(),
+        )
+        .await?;
         let width = (settings.data.disk_bytes.max(settings.data.dram_bytes) as u64
             / settings.block_bytes)
             .max(1024) as usize
@@ -170,6 +185,9 @@ impl BlockCache {
             meta,
             data_stats,
             meta_stats,
+            kept,
+            kept_stats,
+            kept_ledger: Default::default(),
             access: AccessLog::default(),
             foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
@@ -232,8 +250,8 @@ impl BlockCache {
 
     /// Which store block `index` of an object belongs to.
     pub fn store_of(&self, class: Class, index: u64, size: u64) -> Store {
-        if class.store == Store::Metadata {
-            return Store::Metadata;
+        if class.store != Store::Data {
+            return class.store; // metadata, or a pinned file kept whole
         }
         let (start, len) = block_span(index, self.settings.block_bytes, size);
         if class.parquet && start + len > size.saturating_sub(self.settings.footer_bytes) {
@@ -246,6 +264,7 @@ impl BlockCache {
         match s {
             Store::Metadata => (&self.meta, &self.meta_stats),
             Store::Data => (&self.data, &self.data_stats),
+            Store::Kept => (&self.kept, &self.kept_stats),
         }
     }
 
@@ -311,6 +330,7 @@ impl BlockCache {
                 &self.meta_stats.events,
                 self.settings.meta.write_every_insert,
             ),
+            Store::Kept => (&self.kept_stats.events, false),
         };
         match block {
             Block::Full(_) => store::insert_final(store, events, key, block),

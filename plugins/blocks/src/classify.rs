@@ -12,6 +12,9 @@ pub enum Store {
     Metadata,
     /// Table data: the footer suffix in the metadata store, the rest in the data store.
     Data,
+    /// A pinned table's files, whole, in the kept store: DRAM the other stores cannot evict
+    /// (see [`crate::kept`]). Never a rule's store: only the control plane's pins name it.
+    Kept,
 }
 
 /// A classification rule: a glob over the object key.

@@ -67,6 +67,12 @@ pub struct CacheSection {
     /// Classification rules replacing the Iceberg defaults, first match wins.
     #[serde(default)]
     pub rules: Option<Vec<RuleSection>>,
+    /// DRAM for the files of tables pinned with `floe-control pin`, beside the two stores:
+    /// what the node owns of pinned tables is kept here, never evicted by other reads. A pin
+    /// that would not fit is refused. Default 0: no room, so every pin is refused (a pinned
+    /// byte is a byte nothing else can use; an operator gives it on purpose).
+    #[serde(default)]
+    pub pinned_bytes: usize,
 }
 
 /// `cache.fill`.
@@ -184,11 +190,18 @@ pub fn validate(cx: &ConfigCx<'_>, c: &CacheSection) -> Result<CacheSettings, Co
         }
     };
     Classifier::new(rules.clone()).map_err(|e| cx.err("cache.rules", e.to_string()))?;
+    if c.pinned_bytes != 0 && c.pinned_bytes < c.block_bytes as usize {
+        return Err(cx.err(
+            "cache.pinned_bytes",
+            "must be 0 (no pins) or hold at least one block",
+        ));
+    }
     Ok(CacheSettings {
         block_bytes: c.block_bytes,
         footer_bytes: c.footer_bytes,
         data: store("data", &c.data)?,
         meta: store("metadata", &c.metadata)?,
+        kept_bytes: c.pinned_bytes,
         admission_threshold: c.admission_threshold,
         mutable_ttl: std::time::Duration::from_millis(c.mutable_ttl_ms),
         rules,

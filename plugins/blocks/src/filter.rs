@@ -43,6 +43,8 @@ pub struct BlockFilter {
     /// [`MAX_PINS`], least recently used first out (an unpinned key falls back to the rules).
     pub(crate) pinned: Arc<Mutex<LruCache<Box<str>, Class>>>,
     pub(crate) max_pins: usize,
+    /// The files of this route's pinned tables (see [`crate::kept`]).
+    pub(crate) kept: Arc<crate::kept::KeptSet>,
     /// The fleet whose owners this route's misses ask first (`None`: one node).
     pub(crate) fleet: Option<Arc<dyn Fleet>>,
     /// How this node hears what it missed while away (in a fleet).
@@ -66,6 +68,7 @@ impl BlockFilter {
             resolving: Arc::new(SingleFlight::default()),
             pinned: Arc::new(Mutex::new(LruCache::unbounded())),
             max_pins: MAX_PINS,
+            kept: Arc::default(),
             fleet: None,
             catch_up: None,
         }

@@ -26,6 +26,7 @@ mod gauges;
 pub mod hints;
 pub mod hot;
 mod inflight;
+mod kept;
 mod mapping;
 pub mod missed;
 pub mod neighbours;

@@ -84,6 +84,9 @@ pub struct ReadOut {
 impl BlockFilter {
     /// The class of `key`: the control plane's pinned class if any, else the path rules.
     pub(crate) fn class_of(&self, key: &str) -> Class {
+        if self.kept.contains(key) {
+            return crate::kept::KeptSet::class(key);
+        }
         if let Ok(mut p) = self.pinned.lock() {
             if let Some(c) = p.get(key) {
                 return *c;

@@ -251,7 +251,7 @@ impl BlockFilter {
 
     /// Whether this node owns block `index` of `key` and has no donor for it (no fleet:
     /// always).
-    fn owns(&self, key: &ObjectKey, index: u64) -> bool {
+    pub(crate) fn owns(&self, key: &ObjectKey, index: u64) -> bool {
         self.fleet.as_ref().is_none_or(|f| {
             f.owner(&self.bucket_key, key.as_str(), index).is_none()
                 && f.donors(&self.bucket_key, key.as_str(), index).is_empty()

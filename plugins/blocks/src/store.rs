@@ -268,6 +268,37 @@ pub async fn open(
     Ok(store)
 }
 
+/// Opens the kept store (pinned files, DRAM only): `bytes` of pinned files fit without an
+/// eviction. One foyer shard per eight blocks of it (1 to 4: a shard's share must hold its
+/// part of the set, which hashing spreads unevenly), FIFO (a hit changes nothing), and room
+/// for foyer's per-entry weight and that unevenness beside `bytes` (a quarter, and two
+/// blocks per shard). What is pinned is bounded by `bytes` itself ([`crate::kept`]).
+pub async fn open_kept(
+    bytes: usize,
+    block_bytes: usize,
+    events: Arc<StoreEvents>,
+) -> Result<BlockStore, StoreError> {
+    let shards = (bytes / (8 * block_bytes)).clamp(1, 4);
+    let room = bytes + bytes / 4 + 2 * shards * block_bytes;
+    HybridCacheBuilder::new()
+        .with_name("kept")
+        .with_event_listener(events)
+        .memory(room)
+        .with_shards(shards)
+        .with_eviction_config(foyer::FifoConfig::default())
+        .with_weighter(|k: &BlockKey, v: &Block| {
+            v.footprint() + 24 * v.spans() + k.key.len() + k.bucket.len() + k.etag.len() + 64
+        })
+        .storage()
+        .build()
+        .await
+        .map_err(|e| StoreError {
+            name: "kept".to_owned(),
+            dir: String::new(),
+            reason: e.to_string(),
+        })
+}
+
 /// foyer's write buffer: its buffers (and the queue before them) hold bytes beside the DRAM
 /// ceiling: a thirty-second of it, 4 MiB to foyer's default 16 MiB (and two of the largest
 /// entry). The page writer's batches fit it ([`crate::page_writer`]).

@@ -123,6 +123,9 @@ pub struct StatsDoc {
     pub data: StoreStatsDoc,
     /// The metadata store.
     pub metadata: StoreStatsDoc,
+    /// Kept store (pinned tables' files; DRAM only).
+    #[serde(default)]
+    pub kept: StoreStatsDoc,
     /// Column-chunk ranges held for column-chunk fills.
     #[serde(default)]
     pub hint_chunks: u64,
@@ -227,4 +230,28 @@ mod tests {
         assert_eq!(text, r#"{"dropped":1,"accesses":[["b","k","\"e\"",0,10]]}"#);
         assert_eq!(serde_json::from_str::<AccessesDoc>(&text).unwrap(), doc);
     }
+}
+
+/// `PUT /kept?bucket=` body: the files of the route's pinned tables, whole (key, size). The
+/// set replaces the route's earlier one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeptBody {
+    /// (key, size) of each pinned file.
+    pub keys: Vec<(String, u64)>,
+}
+
+/// `PUT /kept` and `GET /kept`: what the node keeps of a route's pinned files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptDoc {
+    /// Pinned files of the route.
+    pub keys: u64,
+    /// Bytes of their blocks this node owns (what it keeps), this route.
+    pub owned_bytes: u64,
+    /// Bytes every route's pins need here.
+    pub pinned_bytes: u64,
+    /// Bytes the kept store holds now (every route).
+    pub held_bytes: u64,
+    /// `cache.pinned_bytes`: the bound of `pinned_bytes`.
+    pub bound_bytes: u64,
 }

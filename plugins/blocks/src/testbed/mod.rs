@@ -53,6 +53,7 @@ pub fn settings(dir: &std::path::Path, data_dram: usize) -> CacheSettings {
         footer_bytes: 0,
         data: store("data", data_dram),
         meta: store("metadata", 8 << 20),
+        kept_bytes: 4 << 20,
         admission_threshold: 2,
         mutable_ttl: Duration::from_secs(5),
         rules: rules(),
@@ -298,6 +299,8 @@ mod conditional;
 #[cfg(test)]
 mod disk;
 mod fills;
+#[cfg(test)]
+mod kept;
 #[cfg(test)]
 mod labels;
 #[cfg(test)]
