@@ -67,7 +67,7 @@ pub struct CacheSection {
     /// Classification rules replacing the Iceberg defaults, first match wins.
     #[serde(default)]
     pub rules: Option<Vec<RuleSection>>,
-    /// DRAM for the files of tables pinned with `floe-control pin`, beside the two stores:
+    /// DRAM for the files of pinned tables (the admin API's `PUT /kept`), beside the two stores:
     /// what the node owns of pinned tables is kept here, never evicted by other reads. A pin
     /// that would not fit is refused. Default 0: no room, so every pin is refused (a pinned
     /// byte is a byte nothing else can use; an operator gives it on purpose).
