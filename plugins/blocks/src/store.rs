@@ -268,6 +268,11 @@ pub async fn open(
     Ok(store)
 }
 
+/// What an entry costs against a store's DRAM ceiling: its buffer, its spans and its key.
+fn weight(k: &BlockKey, v: &Block) -> usize {
+    v.footprint() + 24 * v.spans() + k.key.len() + k.bucket.len() + k.etag.len() + 64
+}
+
 /// Opens the kept store (pinned files, DRAM only): `bytes` of pinned files fit without an
 /// eviction. One foyer shard per eight blocks of it (1 to 4: a shard's share must hold its
 /// part of the set, which hashing spreads unevenly), FIFO (a hit changes nothing), and room
@@ -286,9 +291,7 @@ pub async fn open_kept(
         .memory(room)
         .with_shards(shards)
         .with_eviction_config(foyer::FifoConfig::default())
-        .with_weighter(|k: &BlockKey, v: &Block| {
-            v.footprint() + 24 * v.spans() + k.key.len() + k.bucket.len() + k.etag.len() + 64
-        })
+        .with_weighter(weight)
         .storage()
         .build()
         .await
@@ -334,9 +337,7 @@ async fn build(
         // Each shard must hold many blocks, or a block larger than a shard's share is evicted
         // at once: one shard per 64 blocks of DRAM, 1 to 16.
         .with_shards((s.dram_bytes / (block_bytes * 64)).clamp(1, 16))
-        .with_weighter(|k: &BlockKey, v: &Block| {
-            v.footprint() + 24 * v.spans() + k.key.len() + k.bucket.len() + k.etag.len() + 64
-        })
+        .with_weighter(weight)
         .storage()
         .with_io_engine_config(PsyncIoEngineConfig::new())
         // Removals (purges, deletes, replaced mappings) are logged as tombstones, so a removed
