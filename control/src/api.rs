@@ -1,5 +1,6 @@
 //! floe-control's HTTP listener (hyper, HTTP/1.1): `GET /status`, `GET /metrics` and the
-//! console (`GET /console`, its document `GET /console/data`) for operators, and with a scheduler configured its routes (see [`floe_sched::http`]):
+//! console (`GET /console`, its document `GET /console/data`) and pins (`/pins`, see
+//! [`crate::pins::api`]) for operators, and with a scheduler configured its routes (see [`floe_sched::http`]):
 //! `POST /events` (CloudEvents, structured or binary mode), `/hooks/<path>` (webhooks),
 //! `POST /deployments/<name>/dispatch`, `GET /runs`.
 
@@ -51,6 +52,7 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
         (&hyper::Method::GET, "/console/data") => {
             json_reply(StatusCode::OK, &crate::console::data(&ctl).await)
         }
+        (m, "/pins") => crate::pins::api::route(&ctl, m, parts.uri.query()).await,
         (&hyper::Method::GET, "/metrics") => {
             use prometheus::Encoder;
             let mut out = Vec::new();
@@ -60,7 +62,7 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
         }
         _ => {
             let Some(s) = ctl.sched.get() else {
-                return error(StatusCode::NOT_FOUND, "GET /status, /metrics or /console");
+                return error(StatusCode::NOT_FOUND, "GET /status, /metrics, /console or /pins");
             };
             let body = match Limited::new(body, MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),

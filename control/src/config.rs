@@ -30,6 +30,9 @@ pub struct FileConfig {
     /// The heat ledger.
     #[serde(default)]
     pub heat: HeatSection,
+    /// Pinned tables (`floe-control pin`).
+    #[serde(default)]
+    pub pins: PinsSection,
     /// The status endpoint `floe-control status` reads. Default 127.0.0.1:9102.
     #[serde(default = "default_status")]
     pub status_address: String,
@@ -187,6 +190,33 @@ pub struct HeatSection {
     pub pull_interval_ms: u64,
 }
 
+/// Pinned tables and the console's pin button.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PinsSection {
+    /// Where the pins persist (they outlive a restart of floe-control). Default
+    /// `.floe-control/pins.json`, beside the heat ledger.
+    #[serde(default = "default_pins_path")]
+    pub path: PathBuf,
+    /// Whether the console page shows pin and unpin buttons. Default false: the page is read
+    /// only; `floe-control pin` and `POST /pins` work either way.
+    #[serde(default)]
+    pub console_buttons: bool,
+}
+
+impl Default for PinsSection {
+    fn default() -> Self {
+        Self {
+            path: default_pins_path(),
+            console_buttons: false,
+        }
+    }
+}
+
+fn default_pins_path() -> PathBuf {
+    PathBuf::from(".floe-control/pins.json")
+}
+
 fn default_fleet_poll_ms() -> u64 {
     5000
 }
@@ -289,6 +319,8 @@ pub struct Settings {
     pub prefetch: PrefetchSection,
     /// Heat ledger.
     pub heat: HeatSection,
+    /// Pins.
+    pub pins: PinsSection,
     /// Status listener.
     pub status_address: std::net::SocketAddr,
     /// Fleet membership poll interval, ms.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use floe_core::wire::{ChunksBody, FileChunksDoc};
 
 use crate::mapper::{FileInfo, FileKey};
+use crate::node::NodeClient;
 use crate::state::Control;
 
 /// Files per request: bodies stay far below the admin listener's 16 MiB cap even for files
@@ -45,10 +46,15 @@ pub fn bodies(table: &str, files: &[(FileKey, FileInfo)]) -> Vec<(String, Chunks
 pub async fn publish(ctl: &Control, table: &str, files: &[(FileKey, FileInfo)]) {
     let bodies = bodies(table, files);
     for n in ctl.nodes.current().iter() {
-        for (bucket, body) in &bodies {
-            if let Err(e) = n.chunks(bucket, body).await {
-                tracing::warn!(node = n.url(), bucket, table, error = %e, "chunk hints not published");
-            }
+        publish_to(n, table, &bodies).await;
+    }
+}
+
+/// Sends one table's chunk bodies to `n`; failures are logged.
+pub async fn publish_to(n: &NodeClient, table: &str, bodies: &[(String, ChunksBody)]) {
+    for (bucket, body) in bodies {
+        if let Err(e) = n.chunks(bucket, body).await {
+            tracing::warn!(node = n.url(), bucket, table, error = %e, "chunk hints not published");
         }
     }
 }

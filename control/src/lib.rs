@@ -5,7 +5,9 @@
 //! footers into the proxies' metadata stores, publishes the file map and sends each live file's
 //! column chunks to the proxies (column-chunk fills); the **heat** worker
 //! drains the proxies' access reports into a ledger by (table, partition, column); after a
-//! compaction the **prefetcher** warms the hottest column chunks of the new files. **status**
+//! compaction the **prefetcher** warms the hottest column chunks of the new files; the
+//! **keeper** keeps pinned tables in the owners' kept stores and sends a restarted node what
+//! lives only in its DRAM (classifications, chunk hints, pins) (`pins`). **status**
 //! serves the JSON `floe-control status` prints and the **console** page (`console`). With a `scheduler:` section the CloudEvents
 //! scheduler (`floe_sched`) runs beside them; `conform` checks a worker against its contract.
 //!
@@ -32,6 +34,7 @@ pub mod http;
 pub mod mapper;
 pub mod node;
 pub mod otel;
+pub mod pins;
 pub mod placement;
 pub mod prefetch;
 pub mod pull;
@@ -83,6 +86,10 @@ pub async fn run(settings: config::Settings, stop: watch::Receiver<bool>) -> any
             worker::spawn(
                 b.handle("fleet"),
                 fleet::run(ctl.clone(), b.handle("fleet"), stop.clone()),
+            ),
+            worker::spawn(
+                b.handle("keeper"),
+                pins::keeper::run(ctl.clone(), b.handle("keeper"), stop.clone()),
             ),
         ]);
     }

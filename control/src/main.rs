@@ -1,7 +1,9 @@
 //! `floe-control --config FILE` runs the control plane; `floe-control check FILE` validates a
 //! config; `floe-control status [ADDRESS]` prints what a running one is doing; `floe-control
 //! runs [--deployment D] [ADDRESS]` lists the scheduler's runs; `floe-control dispatch D
-//! [ADDRESS]` starts one run of deployment D by hand; `floe-control conform D --config FILE`
+//! [ADDRESS]` starts one run of deployment D by hand; `floe-control pin TABLE [--partition
+//! SPEC] [ADDRESS]` keeps a table (or its matching partitions) in the fleet's cache until
+//! `floe-control unpin` with the same arguments; `floe-control pins [ADDRESS]` lists pins; `floe-control conform D --config FILE`
 //! checks D's worker against the worker contract; `floe-control schema` prints the config's
 //! JSON Schema. ADDRESS defaults to 127.0.0.1:9102.
 
@@ -63,9 +65,13 @@ async fn async_main(settings: Option<floe_control::config::Settings>) -> anyhow:
         ["runs", "--deployment", d] => runs(DEFAULT_ADDR, Some(d)).await,
         ["runs", "--deployment", d, addr] => runs(addr, Some(d)).await,
         ["runs", addr] => runs(addr, None).await,
+        ["pin", rest @ ..] => pin(reqwest::Method::POST, rest).await,
+        ["unpin", rest @ ..] => pin(reqwest::Method::DELETE, rest).await,
+        ["pins"] => pins(DEFAULT_ADDR).await,
+        ["pins", addr] => pins(addr).await,
         ["dispatch", d] => dispatch(DEFAULT_ADDR, d).await,
         ["dispatch", d, addr] => dispatch(addr, d).await,
-        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | conform D --config FILE [--event FILE] [--json] | schema"),
+        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | pin|unpin TABLE [--partition SPEC] [ADDRESS] | pins [ADDRESS] | conform D --config FILE [--event FILE] [--json] | schema"),
     }
 }
 
@@ -144,6 +150,54 @@ async fn runs(addr: &str, deployment: Option<&str>) -> anyhow::Result<()> {
         println!("{doc}");
     } else {
         print!("{}", floe_control::status::render_runs(&doc));
+    }
+    Ok(())
+}
+
+/// Pins or unpins (`method` POST or DELETE) the table `args` name, and prints the answer.
+#[allow(clippy::print_stdout)]
+async fn pin(method: reqwest::Method, args: &[&str]) -> anyhow::Result<()> {
+    let (table, partition, addr) = match args {
+        [t] => (*t, None, DEFAULT_ADDR),
+        [t, a] => (*t, None, *a),
+        [t, "--partition", p] => (*t, Some(*p), DEFAULT_ADDR),
+        [t, "--partition", p, a] => (*t, Some(*p), *a),
+        _ => bail!("usage: floe-control pin|unpin TABLE [--partition SPEC] [ADDRESS]"),
+    };
+    let mut q = url::form_urlencoded::Serializer::new(String::new());
+    q.append_pair("table", table);
+    if let Some(p) = partition {
+        q.append_pair("partition", p);
+    }
+    let (code, doc) = call(addr, method, &format!("/pins?{}", q.finish())).await?;
+    if !(200..300).contains(&code) {
+        bail!("{addr}: {code} {}", doc["error"].as_str().unwrap_or_default());
+    }
+    println!("{doc}");
+    Ok(())
+}
+
+/// Lists pins and their state.
+#[allow(clippy::print_stdout)]
+async fn pins(addr: &str) -> anyhow::Result<()> {
+    let (code, doc) = call(addr, reqwest::Method::GET, "/pins").await?;
+    if code != 200 {
+        bail!("{addr}: {code} {}", doc["error"]);
+    }
+    if std::env::args().any(|a| a == "--json") {
+        println!("{doc}");
+        return Ok(());
+    }
+    for p in doc["pins"].as_array().into_iter().flatten() {
+        println!(
+            "{:<32} {:<20} {:<9} {:>6} files {:>14} bytes {}",
+            p["table"].as_str().unwrap_or_default(),
+            p["partition"].as_str().unwrap_or("(all)"),
+            p["phase"].as_str().unwrap_or_default(),
+            p["files"],
+            p["bytes"],
+            p["note"].as_str().unwrap_or_default()
+        );
     }
     Ok(())
 }

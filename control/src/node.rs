@@ -232,6 +232,30 @@ impl NodeClient {
         self.send(req).await.map(|_| ())
     }
 
+    /// Replaces `bucket`'s pinned files on the node (see floe-proxy's `PUT /kept`); a set past
+    /// the node's bound is refused whole (409, the bound named).
+    pub async fn kept(
+        &self,
+        bucket: &str,
+        body: &wire::KeptBody,
+    ) -> Result<wire::KeptDoc, NodeError> {
+        let req = self
+            .http
+            .put(format!("{}/kept", self.node.admin))
+            .query(&[("bucket", bucket)])
+            .json(body);
+        self.json(req).await
+    }
+
+    /// What the node keeps of `bucket`'s pinned files (`GET /kept`).
+    pub async fn kept_doc(&self, bucket: &str) -> Result<wire::KeptDoc, NodeError> {
+        let req = self
+            .http
+            .get(format!("{}/kept", self.node.admin))
+            .query(&[("bucket", bucket)]);
+        self.json(req).await
+    }
+
     /// The node's block-cache statistics (`GET /stats`).
     pub async fn stats(&self) -> Result<wire::StatsDoc, NodeError> {
         let req = self.http.get(format!("{}/stats", self.node.admin));

@@ -101,6 +101,22 @@ pub struct Control {
     pub sched: std::sync::OnceLock<Arc<floe_sched::Scheduler>>,
     /// What the console shows of the fleet and the heat over time ([`crate::console`]).
     pub console: crate::console::Console,
+    /// What each table's last warmed commit told the nodes (sent again to a restarted node).
+    pub published: std::sync::Mutex<BTreeMap<String, Arc<Published>>>,
+    /// Pinned tables ([`crate::pins`]).
+    pub pins: crate::pins::PinBook,
+    /// What the pin keeper last told each node ([`crate::pins::keeper`]).
+    pub told: Mutex<crate::pins::keeper::Told>,
+}
+
+/// What one commit's warm told the nodes: the catalog's classification of its files (the
+/// chunk hints come from the file map).
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Metadata files (metadata.json, manifest list, manifests, small delete files).
+    pub metadata: Vec<crate::mapper::FileKey>,
+    /// Live data files.
+    pub live: Arc<Vec<crate::warmer::LiveFile>>,
 }
 
 impl Control {
@@ -116,6 +132,7 @@ impl Control {
         );
         let heat = Ledger::open(&settings.heat.path, settings.heat.half_life_secs);
         let rate = RateLimit::new(settings.warm.bytes_per_sec);
+        let pins = crate::pins::PinBook::open(&settings.pins.path);
         Arc::new(Self {
             settings,
             nodes,
@@ -128,6 +145,9 @@ impl Control {
             placement: Box::new(EveryNode),
             sched: std::sync::OnceLock::new(),
             console: Default::default(),
+            published: Default::default(),
+            pins,
+            told: Default::default(),
         })
     }
 
@@ -145,6 +165,14 @@ impl Control {
             .ok()
             .and_then(|t| t.get(table).map(|t| t.warm.bytes))
             .unwrap_or(0)
+    }
+
+    /// Each table's live data files at its last warmed commit.
+    pub fn live_files(&self) -> BTreeMap<String, Arc<Vec<crate::warmer::LiveFile>>> {
+        self.published
+            .lock()
+            .map(|p| p.iter().map(|(t, c)| (t.clone(), c.live.clone())).collect())
+            .unwrap_or_default()
     }
 
     /// A copy of every table's state.

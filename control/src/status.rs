@@ -18,6 +18,7 @@ pub fn document(ctl: &Control) -> Value {
         "mapped_files": ctl.files.len(),
         "heat": heat,
         "unmapped_accesses": ctl.heat.unmapped(),
+        "pins": ctl.pins.views(),
     })
 }
 

@@ -142,6 +142,7 @@ pub fn parse(
         warm: c.warm,
         prefetch: c.prefetch,
         heat: c.heat,
+        pins: c.pins,
         status_address,
         fleet_poll_ms: c.fleet_poll_ms.clamp(100, 3_600_000),
     })

@@ -194,6 +194,13 @@ pub async fn warm_commit(
     let mapped = crate::footer::footers(ctl, &c.name, &live).await;
     crate::hints::publish(ctl, &c.name, &mapped).await;
     ctl.files.publish_table(&c.name, mapped);
+    if let Ok(mut p) = ctl.published.lock() {
+        let told = crate::state::Published {
+            metadata: metadata_keys,
+            live: Arc::new(live.clone()),
+        };
+        p.insert(c.name.clone(), Arc::new(told));
+    }
     let gone = crate::expiry::replaced(ctl, &c.name, data_keys.into_iter().collect());
     let grace = crate::expiry::grace(ctl, meta.properties());
     crate::expiry::schedule(ctl, &c.name, gone, grace, stop);
@@ -260,15 +267,21 @@ pub(crate) async fn warm_others(ctl: &Control, l: &FileKey, span: Span, store: O
 
 /// Sends the catalog's classification to every node, per bucket.
 async fn pin(ctl: &Control, keys: &[FileKey], store: Store) {
+    for n in ctl.nodes.current().iter() {
+        classify_on(n, keys, store).await;
+    }
+}
+
+/// Sends the classification of `keys` to `n`, per bucket; failures are logged (the node
+/// classifies by its rules meanwhile).
+pub(crate) async fn classify_on(n: &NodeClient, keys: &[FileKey], store: Store) {
     let mut by_bucket: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for (b, k) in keys {
         by_bucket.entry(b).or_default().push(k.clone());
     }
-    for n in ctl.nodes.current().iter() {
-        for (b, ks) in &by_bucket {
-            if let Err(e) = n.classify(b, ks, store).await {
-                tracing::warn!(node = n.url(), bucket = b, error = %e, "classify failed");
-            }
+    for (b, ks) in &by_bucket {
+        if let Err(e) = n.classify(b, ks, store).await {
+            tracing::warn!(node = n.url(), bucket = b, error = %e, "classify failed");
         }
     }
 }

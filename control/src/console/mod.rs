@@ -83,6 +83,8 @@ pub async fn data(ctl: &Control) -> Value {
         "tables": tables,
         "fleet": &*fleet,
         "pipelines": pipelines,
+        "pins": ctl.pins.views(),
+        "pin_buttons": ctl.settings.pins.console_buttons,
     })
 }
 

@@ -295,6 +295,7 @@ pub fn stats(c: &BlockCache) -> wire::StatsDoc {
         hint_chunks: c.hints.chunks() as u64,
         small_reads: c.neighbours.counts(),
         buffers: crate::pool::BufferPool::shared().doc(),
+        boot: c.boot,
     }
 }
 

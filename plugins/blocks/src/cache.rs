@@ -127,6 +127,8 @@ pub struct BlockCache {
     pub recipients: floe_core::recent::RecentMembers,
     /// Whether this node must hear what it missed while away (see [`crate::missed`]).
     pub returning: crate::missed::Returning,
+    /// When it opened (Unix ms; `/stats`'s `boot`).
+    pub boot: u64,
 }
 
 impl BlockCache {
@@ -200,6 +202,10 @@ impl BlockCache {
             forgets: Default::default(),
             recipients,
             returning: crate::missed::Returning::at_boot(stamp, persisted),
+            boot: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
         }))
     }
 

@@ -135,6 +135,10 @@ pub struct StatsDoc {
     /// The block buffer pool.
     #[serde(default)]
     pub buffers: BufferPoolDoc,
+    /// When this process's cache opened (Unix ms): a new value means a restart, whose DRAM-only
+    /// state (pins, chunk hints, the catalog's classifications) the control plane sends again.
+    #[serde(default)]
+    pub boot: u64,
 }
 
 /// The block buffer pool's counters (in `GET /stats`).

@@ -1,0 +1,231 @@
+//! The `keeper` worker: every poll it reads each node's `/stats`. A node whose `boot` changed
+//! (restarted) or that it has not seen before (a new fleet member) is sent again what lives only
+//! in a proxy's DRAM: the catalog's classification of every table's files and their column
+//! chunks. Then every node gets each bucket's pinned files when they differ from what it was
+//! last told (a compaction's commit changes them), and when a node holds less than its pins
+//! need (after a restart: the kept store is DRAM only) the pinned files are warmed into their
+//! owners' kept stores.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::mapper::FileKey;
+use crate::node::{NodeClient, NodeError, Span, Store};
+use crate::pins::{body, files_of, PinPhase, Sets};
+use crate::state::Control;
+use floe_core::worker::{pause, Activity, Handle, Shutdown};
+
+/// What the keeper last told each node, by admin URL.
+#[derive(Default)]
+pub struct Told {
+    nodes: HashMap<String, NodeTold>,
+}
+
+#[derive(Default, Clone)]
+struct NodeTold {
+    boot: Option<u64>,
+    sets: Sets,
+}
+
+/// A node refused a pinned set.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The bucket whose set was refused.
+    pub bucket: String,
+    /// The node's answer (it names its bound).
+    pub why: String,
+}
+
+/// Runs the keeper until shutdown, one round per catalog poll.
+pub async fn run(ctl: Arc<Control>, h: Handle, mut stop: Shutdown) {
+    loop {
+        h.set(Activity::Working, "");
+        let summary = round(&ctl).await;
+        h.set(Activity::Idle, summary);
+        if pause(&mut stop, ctl.settings.poll).await {
+            return;
+        }
+    }
+}
+
+/// One round; returns what the board shows.
+pub async fn round(ctl: &Arc<Control>) -> String {
+    let pins = ctl.pins.pins();
+    let (sets, counts) = files_of(&pins, &ctl.live_files());
+    let (refused, short) = {
+        let mut told = ctl.told.lock().await;
+        let nodes = ctl.nodes.current();
+        let mut short = false;
+        for n in nodes.iter() {
+            short |= resync(ctl, &mut told, n).await;
+        }
+        let refused = send_all(&mut told, &nodes, &sets).await;
+        for n in nodes.iter() {
+            short |= holds_less(n, &sets).await;
+        }
+        (refused, short)
+    };
+    for (pin, (files, bytes)) in pins.iter().zip(counts) {
+        let why = refused
+            .iter()
+            .find(|r| sets_touch(&sets, &r.bucket, ctl, pin))
+            .map(|r| r.why.clone());
+        ctl.pins.update(pin, |v| {
+            v.files = files;
+            v.bytes = bytes;
+            (v.phase, v.note) = match (&why, files) {
+                (Some(w), _) => (PinPhase::Refused, w.clone()),
+                (None, 0) => (PinPhase::Pending, String::new()),
+                (None, _) if short => (PinPhase::Warming, String::new()),
+                (None, _) => (PinPhase::Kept, String::new()),
+            };
+        });
+    }
+    if short {
+        let all: Vec<FileKey> = sets
+            .iter()
+            .flat_map(|(b, keys)| keys.keys().map(move |k| (b.clone(), k.clone())))
+            .collect();
+        warm(ctl, &all).await;
+    }
+    format!("{} pins, {} buckets", pins.len(), sets.len())
+}
+
+/// Whether `pin`'s table has files in `bucket` (a refusal there is its refusal).
+fn sets_touch(sets: &Sets, bucket: &str, ctl: &Control, pin: &crate::pins::Pin) -> bool {
+    let live = ctl.live_files();
+    sets.contains_key(bucket)
+        && live
+            .get(&pin.table)
+            .is_some_and(|l| l.iter().any(|f| f.loc.0 == bucket && pin.matches(&f.partition)))
+}
+
+/// Reads `n`'s boot; a restarted or new node gets every table's classification and chunk
+/// hints again, and is taken to hold no pins. Returns whether it must be warmed.
+async fn resync(ctl: &Control, told: &mut Told, n: &NodeClient) -> bool {
+    let boot = match n.stats().await {
+        Ok(s) => s.boot,
+        Err(e) => {
+            tracing::debug!(node = n.url(), error = %e, "node not read");
+            return false;
+        }
+    };
+    let entry = told.nodes.entry(n.url().to_owned()).or_default();
+    if entry.boot == Some(boot) {
+        return false;
+    }
+    tracing::info!(
+        node = n.url(),
+        boot,
+        "node restarted or new: sending classifications, chunk hints and pins"
+    );
+    let published: Vec<(String, Arc<crate::state::Published>)> = ctl
+        .published
+        .lock()
+        .map(|p| p.iter().map(|(t, c)| (t.clone(), c.clone())).collect())
+        .unwrap_or_default();
+    let map = ctl.files.load();
+    for (table, p) in &published {
+        crate::warmer::classify_on(n, &p.metadata, Store::Metadata).await;
+        let data: Vec<FileKey> = p.live.iter().map(|f| f.loc.clone()).collect();
+        crate::warmer::classify_on(n, &data, Store::Data).await;
+        let files: Vec<(FileKey, crate::mapper::FileInfo)> = data
+            .iter()
+            .filter_map(|k| map.get(k).map(|i| (k.clone(), crate::mapper::FileInfo::clone(i))))
+            .collect();
+        crate::hints::publish_to(n, table, &crate::hints::bodies(table, &files)).await;
+    }
+    entry.boot = Some(boot);
+    entry.sets.clear();
+    true
+}
+
+/// Sends every bucket's set that differs from what each node was last told (an emptied
+/// bucket gets an empty set once). Returns the refusals; a refused node keeps its old set.
+async fn send_all(told: &mut Told, nodes: &[NodeClient], sets: &Sets) -> Vec<Refusal> {
+    let mut refused = Vec::new();
+    for n in nodes {
+        let entry = told.nodes.entry(n.url().to_owned()).or_default();
+        let buckets: Vec<String> = sets.keys().chain(entry.sets.keys()).cloned().collect();
+        for bucket in buckets {
+            let want = sets.get(&bucket);
+            if entry.sets.get(&bucket) == want {
+                continue;
+            }
+            match n.kept(&bucket, &body(want)).await {
+                Ok(_) => match want {
+                    Some(s) => drop(entry.sets.insert(bucket, s.clone())),
+                    None => drop(entry.sets.remove(&bucket)),
+                },
+                Err(NodeError::Status {
+                    status: 409, body, ..
+                }) => refused.push(Refusal {
+                    bucket,
+                    why: format!("{}: {}", n.url(), reason(&body)),
+                }),
+                Err(e) => tracing::warn!(node = n.url(), bucket, error = %e, "pins not sent"),
+            }
+        }
+    }
+    refused
+}
+
+/// Sends `sets` to every node, all or nothing: when one refuses, the nodes already changed get
+/// their old sets back and the refusal is returned (a new pin past a bound is never kept in
+/// part).
+pub async fn send_or_refuse(
+    told: &mut Told,
+    nodes: &[NodeClient],
+    sets: &Sets,
+) -> Result<(), Refusal> {
+    let before: BTreeMap<String, NodeTold> = nodes
+        .iter()
+        .map(|n| {
+            let t = told.nodes.get(n.url()).cloned().unwrap_or_default();
+            (n.url().to_owned(), t)
+        })
+        .collect();
+    let refused = send_all(told, nodes, sets).await;
+    let Some(first) = refused.into_iter().next() else {
+        return Ok(());
+    };
+    for n in nodes {
+        let old = before.get(n.url()).map(|t| t.sets.clone()).unwrap_or_default();
+        send_all(told, std::slice::from_ref(n), &old).await;
+    }
+    Err(first)
+}
+
+/// The error text of a node's XML or JSON answer, or the answer.
+fn reason(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.trim().to_owned())
+}
+
+/// Whether `n` holds less than what every route's pins need there.
+async fn holds_less(n: &NodeClient, sets: &Sets) -> bool {
+    let Some(bucket) = sets.keys().next() else {
+        return false;
+    };
+    match n.kept_doc(bucket).await {
+        Ok(d) => d.held_bytes < d.pinned_bytes,
+        Err(_) => false,
+    }
+}
+
+/// Warms `files` whole into their owners (through the first node, which routes each block to
+/// its owner), under the warm rate; failures are logged.
+pub async fn warm(ctl: &Control, files: &[FileKey]) {
+    let nodes = ctl.nodes.current();
+    let Some(n) = ctl.placement.reader(&nodes) else {
+        return;
+    };
+    for (bucket, key) in files {
+        match n.warm_owners(bucket, key, Span::Whole).await {
+            Ok(bytes) => ctl.rate.acquire(bytes).await,
+            Err(e) => tracing::warn!(node = n.url(), key, error = %e, "pinned file not warmed"),
+        }
+    }
+}
