@@ -31,8 +31,9 @@ routes:
 cache:
   dir: {cache}
   block_bytes: 2097152
-  data: {{dram_bytes: 268435456, disk_bytes: 268435456}}
+  data: {{dram_bytes: {data_dram}, disk_bytes: {data_disk}}}
   metadata: {{dram_bytes: 134217728, disk_bytes: 134217728}}
+{extra_cache}
 admin:
   address: {host}:{aport}
   token: {token}
@@ -55,7 +56,7 @@ class Node:
     def __init__(self, tmp, name, relay_port, peer_port, seeds, secret=SECRET, grace=1,
                  host="127.0.0.1", peer_host="127.0.0.1", origin_host="127.0.0.1", netns=None,
                  extra_fleet="", extra_route="", extra_top="", filters="sigv4, blocks", extra_server="",
-                 extra_origin=""):
+                 extra_origin="", extra_cache="", data_dram=268435456, data_disk=268435456):
         self.name = name
         self.host = host
         self.peer_port = peer_port
@@ -69,13 +70,19 @@ class Node:
             peer=peer_port, seeds=", ".join(s if isinstance(s, str) else f"127.0.0.1:{s}" for s in seeds),
             grace=grace, host=host, peer_host=peer_host, origin_host=origin_host,
             extra_fleet=extra_fleet, extra_route=extra_route, extra_server=extra_server, extra_origin=extra_origin, extra_top=extra_top.replace("{dir}", str(d)),
-            filters=filters))
+            filters=filters, extra_cache=extra_cache, data_dram=data_dram, data_disk=data_disk))
         env = dict(os.environ, K=ORIGIN_KEY, S=ORIGIN_SECRET, FLOE_FLEET_SECRET=secret)
         args = [str(FLOE_BIN), "--config", str(conf)]
         if netns:
             args = ["ip", "netns", "exec", netns] + args
-        self.proc = Proc(args, env, d / "floe.log", self.port, name, host=host)
-        wait_port(self.aport, self.proc.proc, f"{name} admin", host=host)
+        self.start_args = (args, env, d / "floe.log")
+        self.start()
+
+    def start(self):
+        """Starts the process (again, after `kill` or `stop`: same config, same cache folder)."""
+        args, env, log = self.start_args
+        self.proc = Proc(args, env, log, self.port, self.name, host=self.host)
+        wait_port(self.aport, self.proc.proc, f"{self.name} admin", host=self.host)
 
     def admin(self, method, path):
         req = urllib.request.Request(f"http://{self.host}:{self.aport}{path}", method=method,

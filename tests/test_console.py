@@ -1,7 +1,7 @@
 """floe-control's console (issue 27) in a real headless browser: Debian's chromium driven by
 Playwright, against the whole stack (MinIO, the Iceberg REST fixture, two floe-proxy nodes in a
 fleet with write-back, floe-control following the catalog with a scheduler and a deployment).
-The page must show a committed table whose warm reaches done, both nodes with their tiers, a
+The page must show a committed table whose warm reaches done, the table pinned with its button, both nodes with their tiers, a
 write staged and then propagated, the heat of a table read through Floe, and a run with its
 log. Assertions are on the DOM, never on pixels; screenshots go to tests/artifacts/ (not
 committed)."""
@@ -39,6 +39,7 @@ def control_conf(tmp, rest_port, nodes, port):
         "nodes": [{"admin": f"http://127.0.0.1:{nd.aport}", "token": ADMIN_TOKEN} for nd in nodes],
         "status_address": f"127.0.0.1:{port}",
         "heat": {"path": str(tmp / "heat.json"), "pull_interval_ms": 200},
+        "pins": {"path": str(tmp / "pins.json"), "console_buttons": True},
         "scheduler": {
             "store": f"sqlite://{tmp}/sched.db", "lease_ms": 1500, "concurrency": 2,
             "deployments": [{
@@ -58,7 +59,7 @@ def stack(minio, tmp_path):
     relay = Relay(minio.port)
     rest_port = free_port()
     rest = start_rest(tmp_path, minio.port, rest_port)
-    nodes = start_fleet(tmp_path, relay.port, n=2, **WB2)
+    nodes = start_fleet(tmp_path, relay.port, n=2, extra_cache="  pinned_bytes: 16777216", **WB2)
     port = free_port()
     conf = tmp_path / "control.json"
     conf.write_text(json.dumps(control_conf(tmp_path, rest_port, nodes, port)))
@@ -123,6 +124,14 @@ def test_the_console_shows_tables_warming_the_fleet_write_back_heat_and_runs(sta
                  "r => r.querySelector('.state-active')).length === 2")
         ids = dom(page, "[...document.querySelectorAll('#fleet tbody tr')].map(r => r.dataset.node).sort()")
         assert ids == sorted(nd.name for nd in stack["nodes"])
+        # Pinned with the page's button: the row reaches `kept`, each node's kept store holds it.
+        page.select_option("#pin-table", name)
+        page.click("#pin-button")
+        wait_dom(page, "the pin kept",
+                 f"document.querySelector('#pins tr[data-pin=\"{name}\"][data-phase=\"kept\"]') !== null")
+        assert dom(page, "document.querySelector('#pin-msg').dataset.status") == "201"
+        assert dom(page, f"document.querySelector('#pins tr[data-pin=\"{name}\"] .pin-files').textContent") == "1"
+        assert sum(nd.admin("GET", f"/kept?bucket={BUCKET}")["keys"] for nd in stack["nodes"]) == 2
         # Heat: the table read through Floe (PyIceberg at its defaults) heats its columns.
         reader = iceberg(stack["rest_port"], stack["nodes"][0].port, *CLIENT)
         assert reader.load_table(name).scan().to_arrow().num_rows == 1000

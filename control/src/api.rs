@@ -62,7 +62,10 @@ async fn route(ctl: Arc<Control>, req: Request<Incoming>) -> Reply {
         }
         _ => {
             let Some(s) = ctl.sched.get() else {
-                return error(StatusCode::NOT_FOUND, "GET /status, /metrics, /console or /pins");
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "GET /status, /metrics, /console or /pins",
+                );
             };
             let body = match Limited::new(body, MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),

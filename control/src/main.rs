@@ -171,7 +171,10 @@ async fn pin(method: reqwest::Method, args: &[&str]) -> anyhow::Result<()> {
     }
     let (code, doc) = call(addr, method, &format!("/pins?{}", q.finish())).await?;
     if !(200..300).contains(&code) {
-        bail!("{addr}: {code} {}", doc["error"].as_str().unwrap_or_default());
+        bail!(
+            "{addr}: {code} {}",
+            doc["error"].as_str().unwrap_or_default()
+        );
     }
     println!("{doc}");
     Ok(())

@@ -133,9 +133,14 @@ mod tests {
                 partition: Some("d=1".into())
             }
         );
-        assert_eq!(parse(Some("table=db.t&partition=")).unwrap().partition, None);
+        assert_eq!(
+            parse(Some("table=db.t&partition=")).unwrap().partition,
+            None
+        );
         assert!(parse(Some("partition=d=1")).is_err());
-        assert!(parse(Some("table=db.t&columns=a")).unwrap_err().contains("columns"));
+        assert!(parse(Some("table=db.t&columns=a"))
+            .unwrap_err()
+            .contains("columns"));
         assert!(parse(None).is_err());
     }
 }

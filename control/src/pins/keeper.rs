@@ -95,9 +95,10 @@ pub async fn round(ctl: &Arc<Control>) -> String {
 fn sets_touch(sets: &Sets, bucket: &str, ctl: &Control, pin: &crate::pins::Pin) -> bool {
     let live = ctl.live_files();
     sets.contains_key(bucket)
-        && live
-            .get(&pin.table)
-            .is_some_and(|l| l.iter().any(|f| f.loc.0 == bucket && pin.matches(&f.partition)))
+        && live.get(&pin.table).is_some_and(|l| {
+            l.iter()
+                .any(|f| f.loc.0 == bucket && pin.matches(&f.partition))
+        })
 }
 
 /// Reads `n`'s boot; a restarted or new node gets every table's classification and chunk
@@ -131,7 +132,10 @@ async fn resync(ctl: &Control, told: &mut Told, n: &NodeClient) -> bool {
         crate::warmer::classify_on(n, &data, Store::Data).await;
         let files: Vec<(FileKey, crate::mapper::FileInfo)> = data
             .iter()
-            .filter_map(|k| map.get(k).map(|i| (k.clone(), crate::mapper::FileInfo::clone(i))))
+            .filter_map(|k| {
+                map.get(k)
+                    .map(|i| (k.clone(), crate::mapper::FileInfo::clone(i)))
+            })
             .collect();
         crate::hints::publish_to(n, table, &crate::hints::bodies(table, &files)).await;
     }
@@ -190,7 +194,10 @@ pub async fn send_or_refuse(
         return Ok(());
     };
     for n in nodes {
-        let old = before.get(n.url()).map(|t| t.sets.clone()).unwrap_or_default();
+        let old = before
+            .get(n.url())
+            .map(|t| t.sets.clone())
+            .unwrap_or_default();
         send_all(told, std::slice::from_ref(n), &old).await;
     }
     Err(first)

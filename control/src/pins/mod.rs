@@ -129,7 +129,9 @@ impl PinBook {
 
     /// Whether `pin` is held.
     pub fn contains(&self, pin: &Pin) -> bool {
-        self.pins.lock().is_ok_and(|p| p.iter().any(|v| v.pin == *pin))
+        self.pins
+            .lock()
+            .is_ok_and(|p| p.iter().any(|v| v.pin == *pin))
     }
 
     /// Adds `pin` and persists the book.
@@ -297,7 +299,7 @@ mod tests {
         };
         book.add(pin.clone()).unwrap();
         book.add(pin.clone()).unwrap();
-        assert_eq!(PinBook::open(&path).pins(), [pin.clone()]);
+        assert_eq!(PinBook::open(&path).pins(), std::slice::from_ref(&pin));
         assert!(book.remove(&pin).unwrap());
         assert!(!book.remove(&pin).unwrap());
         assert!(PinBook::open(&path).pins().is_empty());

@@ -70,8 +70,14 @@ impl BlockFilter {
             return 0;
         };
         let bs = self.cache.settings.block_bytes;
+        // The rendezvous owner, donors or not: a hand-over's donor holds a block for a while,
+        // the owner keeps it.
         (0..size.div_ceil(bs))
-            .filter(|i| self.owns(&object_key, *i))
+            .filter(|i| {
+                self.fleet
+                    .as_ref()
+                    .is_none_or(|f| f.owner(&self.bucket_key, object_key.as_str(), *i).is_none())
+            })
             .map(|i| (size - i * bs).min(bs))
             .sum()
     }
