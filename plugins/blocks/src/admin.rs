@@ -292,6 +292,15 @@ pub fn stats(c: &BlockCache) -> wire::StatsDoc {
         data: store_stats(&c.data, &c.data_stats, c.settings.data.disk_bytes),
         metadata: store_stats(&c.meta, &c.meta_stats, c.settings.meta.disk_bytes),
         kept: store_stats(&c.kept, &c.kept_stats, 0),
+        shares: c
+            .shares
+            .iter()
+            .zip(&c.settings.shares)
+            .map(|(sh, set)| {
+                let doc = store_stats(&sh.store, &sh.stats, set.store.disk_bytes);
+                (sh.bucket.to_string(), doc)
+            })
+            .collect(),
         hint_chunks: c.hints.chunks() as u64,
         small_reads: c.neighbours.counts(),
         buffers: crate::pool::BufferPool::shared().doc(),

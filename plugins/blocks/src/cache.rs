@@ -23,8 +23,10 @@ pub struct CacheSettings {
     pub block_bytes: u64,
     /// Parquet footer suffix that goes to the metadata store.
     pub footer_bytes: u64,
-    /// Data store.
+    /// Data store (what the routes without a share use).
     pub data: StoreSettings,
+    /// Routes' data stores (per-route quotas), carved out of the data store's ceilings.
+    pub shares: Vec<crate::shares::ShareSettings>,
     /// Metadata store.
     pub meta: StoreSettings,
     /// DRAM of the kept store (pinned tables' files; 0: pins refused).
@@ -99,6 +101,8 @@ pub struct BlockCache {
     pub data_stats: StoreStats,
     /// Metadata store counters.
     pub meta_stats: StoreStats,
+    /// Routes' own data stores (per-route quotas, see [`crate::shares`]).
+    pub shares: Vec<crate::shares::Share>,
     /// Kept store: pinned tables' files, in DRAM only (see [`crate::kept`]).
     pub kept: BlockStore,
     /// Kept store counters.
@@ -144,7 +148,13 @@ impl BlockCache {
     ) -> Result<Arc<Self>, OpenError> {
         let classifier = Classifier::new(settings.rules.clone())?;
         crate::pool::BufferPool::shared().set_bound(crate::pool::bound_for(
-            settings.data.dram_bytes + settings.meta.dram_bytes,
+            settings.data.dram_bytes
+                + settings.meta.dram_bytes
+                + settings
+                    .shares
+                    .iter()
+                    .map(|s| s.store.dram_bytes)
+                    .sum::<usize>(),
         ));
         // Read before the store opens: a stamp says until when the last run was up.
         let persisted = settings.meta.disk_bytes > 0 && settings.meta.disk_dir.exists();
@@ -165,6 +175,7 @@ impl BlockCache {
             meta_stats.events.clone(),
         )
         .await?;
+        let shares = crate::shares::open(&settings.shares, settings.block_bytes as usize).await?;
         let kept_stats = StoreStats::default();
         let kept = store::open_kept(
             settings.kept_bytes,
@@ -187,6 +198,7 @@ impl BlockCache {
             meta,
             data_stats,
             meta_stats,
+            shares,
             kept,
             kept_stats,
             kept_ledger: Default::default(),
@@ -211,8 +223,10 @@ impl BlockCache {
 
     /// Bytes both stores have written to disk so far.
     pub fn disk_written(&self) -> crate::admin_docs::SettleDoc {
-        let d =
-            self.data.statistics().disk_write_bytes() + self.meta.statistics().disk_write_bytes();
+        let d = self
+            .disk_stores()
+            .map(|(store, _)| store.statistics().disk_write_bytes())
+            .sum::<usize>();
         crate::admin_docs::SettleDoc {
             disk_write_bytes: d as u64,
         }
@@ -221,10 +235,7 @@ impl BlockCache {
     /// Writes the complete pages of the partial blocks in DRAM that the disk tier lacks (for a
     /// shutdown: what a restart can read back). They stay in DRAM.
     pub async fn write_partials(&self) {
-        for (store, stats) in [
-            (&self.data, &self.data_stats),
-            (&self.meta, &self.meta_stats),
-        ] {
+        for (store, stats) in self.disk_stores() {
             let mut partials = Vec::new();
             store
                 .flush_if(|k, v| {
@@ -243,10 +254,22 @@ impl BlockCache {
 
     /// Waits until both stores' pending disk writes are done (pages queued, then foyer's).
     pub async fn settle(&self) {
-        self.data_stats.events.drain().await;
-        self.meta_stats.events.drain().await;
-        self.data.storage().wait().await;
-        self.meta.storage().wait().await;
+        for (_, stats) in self.disk_stores() {
+            stats.events.drain().await;
+        }
+        for (store, _) in self.disk_stores() {
+            store.storage().wait().await;
+        }
+    }
+
+    /// Every store with a disk tier: data, metadata and the routes' shares.
+    pub fn disk_stores(&self) -> impl Iterator<Item = (&BlockStore, &StoreStats)> {
+        [
+            (&self.data, &self.data_stats),
+            (&self.meta, &self.meta_stats),
+        ]
+        .into_iter()
+        .chain(self.shares.iter().map(|s| (&s.store, &s.stats)))
     }
 
     /// The class of an object key.
@@ -266,10 +289,15 @@ impl BlockCache {
         Store::Data
     }
 
-    pub(crate) fn pick(&self, s: Store) -> (&BlockStore, &StoreStats) {
+    /// The store (and its counters) of a block of `bucket` in store class `s`: a data block of
+    /// a route with a share goes to the share's store ([`crate::shares`]).
+    pub(crate) fn pick(&self, s: Store, bucket: &str) -> (&BlockStore, &StoreStats) {
         match s {
             Store::Metadata => (&self.meta, &self.meta_stats),
-            Store::Data => (&self.data, &self.data_stats),
+            Store::Data => match self.shares.iter().find(|sh| *sh.bucket == *bucket) {
+                Some(sh) => (&sh.store, &sh.stats),
+                None => (&self.data, &self.data_stats),
+            },
             Store::Kept => (&self.kept, &self.kept_stats),
         }
     }
@@ -284,7 +312,7 @@ impl BlockCache {
         s: Store,
         (len, lo, hi): (u32, u32, u32),
     ) -> Option<Block> {
-        let (store, stats) = self.pick(s);
+        let (store, stats) = self.pick(s, &key.bucket);
         let held = self.held(key, s);
         if held.as_ref().is_some_and(|b| b.slice(lo, hi).is_some()) {
             return held;
@@ -301,43 +329,42 @@ impl BlockCache {
 
     /// The block's DRAM entry, if any (no I/O).
     pub fn held(&self, key: &BlockKey, s: Store) -> Option<Block> {
-        self.pick(s).0.memory().get(key).map(|e| e.value().clone())
+        self.pick(s, &key.bucket)
+            .0
+            .memory()
+            .get(key)
+            .map(|e| e.value().clone())
     }
 
     /// Whether a block is cached, in DRAM or (judged by its first page) on disk (no I/O).
     pub fn contains(&self, key: &BlockKey, s: Store) -> bool {
-        let store = self.pick(s).0;
+        let store = self.pick(s, &key.bucket).0;
         store.memory().contains(key) || store.storage().may_contains(&key.page(0))
     }
 
-    /// Whether storing `incoming` more bytes would make the data store evict.
-    fn under_pressure(&self, incoming: usize) -> bool {
-        let m = self.data.memory();
+    /// Whether storing `incoming` more bytes would make `store` evict.
+    fn under_pressure(store: &BlockStore, incoming: usize) -> bool {
+        let m = store.memory();
         m.usage() + incoming >= m.capacity()
     }
 
     /// Stores a filled block, subject to admission.
     pub fn admit(&self, key: BlockKey, block: Block, s: Store) {
-        let (store, stats) = self.pick(s);
+        let (store, stats) = self.pick(s, &key.bucket);
         if s == Store::Data
-            && self.under_pressure(block.footprint())
+            && Self::under_pressure(store, block.footprint())
             && self.sketch.estimate(key.stable_hash()) < self.settings.admission_threshold
         {
             stats.rejected.fetch_add(1, Ordering::Relaxed);
             return;
         }
         stats.inserted.fetch_add(1, Ordering::Relaxed);
-        let (events, every_insert) = match s {
-            Store::Data => (
-                &self.data_stats.events,
-                self.settings.data.write_every_insert,
-            ),
-            Store::Metadata => (
-                &self.meta_stats.events,
-                self.settings.meta.write_every_insert,
-            ),
-            Store::Kept => (&self.kept_stats.events, false),
+        let every_insert = match s {
+            Store::Data => self.settings.data.write_every_insert,
+            Store::Metadata => self.settings.meta.write_every_insert,
+            Store::Kept => false,
         };
+        let events = &stats.events;
         match block {
             Block::Full(_) => store::insert_final(store, events, key, block),
             Block::Partial { .. } => store::insert_growing(store, events, key, block, every_insert),
@@ -408,7 +435,7 @@ impl BlockCache {
         let mut n = 0;
         let bs = self.settings.block_bytes;
         for (k, s) in self.blocks_of_version(bucket, key, m) {
-            let store = self.pick(s).0;
+            let store = self.pick(s, &k.bucket).0;
             store.remove(&k);
             let len = block_span(k.index, bs, m.size).1;
             let page = u64::from(crate::pages::page_bytes(k.block_bytes));
@@ -439,7 +466,8 @@ impl BlockCache {
 impl Drop for BlockCache {
     /// Each store's listener holds the store (to write pages): let both go.
     fn drop(&mut self) {
-        self.data_stats.events.detach();
-        self.meta_stats.events.detach();
+        for (_, stats) in self.disk_stores() {
+            stats.events.detach();
+        }
     }
 }

@@ -73,6 +73,25 @@ pub struct CacheSection {
     /// byte is a byte nothing else can use; an operator gives it on purpose).
     #[serde(default)]
     pub pinned_bytes: usize,
+    /// Routes' shares of the data store's ceilings (per-route quotas): each listed route's
+    /// data blocks live in a data store of their own with these ceilings, carved out of
+    /// `data`'s (what is left is the shared data store of the routes without a share), so a
+    /// route scanning past its share evicts only its own blocks. Metadata and footers stay in
+    /// the shared metadata store. Default none: every route shares the data store.
+    #[serde(default)]
+    pub shares: Vec<ShareSection>,
+}
+
+/// One route's share (`cache.shares[]`).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShareSection {
+    /// The route's bucket.
+    pub bucket: String,
+    /// Its DRAM, taken from `data.dram_bytes` (at least one block).
+    pub dram_bytes: usize,
+    /// Its disk, taken from `data.disk_bytes` (at least 64 MiB: four 16 MiB regions).
+    pub disk_bytes: usize,
 }
 
 /// `cache.fill`.
@@ -196,10 +215,12 @@ pub fn validate(cx: &ConfigCx<'_>, c: &CacheSection) -> Result<CacheSettings, Co
             "must be 0 (no pins) or hold at least one block",
         ));
     }
+    let (data, shares) = crate::shares::carve(cx, c, store("data", &c.data)?)?;
     Ok(CacheSettings {
         block_bytes: c.block_bytes,
         footer_bytes: c.footer_bytes,
-        data: store("data", &c.data)?,
+        data,
+        shares,
         meta: store("metadata", &c.metadata)?,
         kept_bytes: c.pinned_bytes,
         admission_threshold: c.admission_threshold,

@@ -281,7 +281,7 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, how: Publi
         Some(b) => b.merge(piece),
         None => Block::of(len, piece),
     };
-    let stats = cache.pick(s).1;
+    let stats = cache.pick(s, &t.bucket_key).1;
     let counter = if peer {
         &stats.peer_bytes
     } else {
@@ -336,7 +336,7 @@ pub(crate) async fn unshared(
         return Err(FillError::Failed("origin body ended early".into()));
     }
     cache
-        .pick(store)
+        .pick(store, &t.bucket_key)
         .1
         .origin_bytes
         .fetch_add(to - from, Ordering::Relaxed);

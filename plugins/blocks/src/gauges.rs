@@ -1,5 +1,6 @@
 //! The block cache's counters as Prometheus metrics, read at each scrape (what `GET /stats`
-//! shows), labelled by store (`data`, `metadata`): hits and misses per store, each store's
+//! shows), labelled by store (`data`, `metadata`, `kept`, and `data:<bucket>` for a route's
+//! share, see [`crate::shares`]): hits and misses per store, each store's
 //! DRAM use and disk traffic (disk reads are the disk tier's hits), and where fills came from.
 
 use std::sync::Arc;
@@ -96,7 +97,20 @@ impl Collector for CacheCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let s = crate::admin::stats(&self.cache);
-        for (store, st) in [("data", &s.data), ("metadata", &s.metadata)] {
+        // A route's share is its own data store: `store="data:<bucket>"`.
+        let shares: Vec<(String, &floe_core::wire::StoreStatsDoc)> = s
+            .shares
+            .iter()
+            .map(|(bucket, st)| (format!("data:{bucket}"), st))
+            .collect();
+        let stores = [
+            ("data", &s.data),
+            ("metadata", &s.metadata),
+            ("kept", &s.kept),
+        ]
+        .into_iter()
+        .chain(shares.iter().map(|(name, st)| (name.as_str(), *st)));
+        for (store, st) in stores {
             let counts = [
                 st.hits,
                 st.misses,

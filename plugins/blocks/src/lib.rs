@@ -43,6 +43,7 @@ mod reader;
 mod resolve;
 mod serve;
 mod service;
+pub mod shares;
 mod sketch;
 mod sources;
 mod store;

@@ -217,7 +217,7 @@ impl BlockReader {
         let (_, lo, hi) = self.need(index);
         let key = self.key(index);
         let store = self.store(index);
-        let stats = self.cache.pick(store).1;
+        let stats = self.cache.pick(store, &key.bucket).1;
         if self.fleet.is_some() {
             self.cache.hot.touch(&key, self.target.map.size);
         }

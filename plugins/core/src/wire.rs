@@ -126,6 +126,9 @@ pub struct StatsDoc {
     /// Kept store (pinned tables' files; DRAM only).
     #[serde(default)]
     pub kept: StoreStatsDoc,
+    /// Routes' own data stores (`cache.shares`), by bucket.
+    #[serde(default)]
+    pub shares: std::collections::BTreeMap<String, StoreStatsDoc>,
     /// Column-chunk ranges held for column-chunk fills.
     #[serde(default)]
     pub hint_chunks: u64,

@@ -177,6 +177,67 @@ fn blocks_need_a_cache_section_with_sane_sizes() {
 }
 
 #[test]
+fn route_shares_are_carved_out_of_the_data_store_and_checked() {
+    let origin = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\n";
+    let route = "routes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n    filters: [sigv4, blocks]\n";
+    let cache = |shares: &str| {
+        format!("{origin}{route}cache:\n  dir: /tmp/x\n  data: {{dram_bytes: 33554432, disk_bytes: 268435456}}\n  metadata: {{dram_bytes: 8388608, disk_bytes: 67108864}}\n  shares:\n{shares}")
+    };
+    let share = |bucket: &str, dram: u64, disk: u64| {
+        format!("    - {{bucket: {bucket}, dram_bytes: {dram}, disk_bytes: {disk}}}\n")
+    };
+    let s = parse(
+        "t.yaml",
+        &with(&cache(&share("abc", 8 << 20, 64 << 20))),
+        &env,
+    )
+    .unwrap();
+    let blocks = format!("{:?}", s.plugins);
+    // The data store keeps what the share leaves: 24 MiB of DRAM, 192 MiB of disk.
+    assert!(
+        blocks.contains("dram_bytes: 25165824") && blocks.contains("disk_bytes: 201326592"),
+        "{blocks}"
+    );
+    assert!(blocks.contains("shares/abc"), "{blocks}");
+    for (shares, key, why) in [
+        (
+            share("abc", 1000, 64 << 20),
+            "cache.shares[0].dram_bytes",
+            "at least one block",
+        ),
+        (
+            share("abc", 8 << 20, 1000),
+            "cache.shares[0].disk_bytes",
+            "four disk regions",
+        ),
+        (
+            share("abc", 32 << 20, 64 << 20),
+            "cache.shares[0].bucket",
+            "leave the other routes",
+        ),
+        (
+            share("abc", 40 << 20, 64 << 20),
+            "cache.shares[0].bucket",
+            "more than cache.data",
+        ),
+        (
+            share("abc", 2 << 20, 64 << 20) + &share("abc", 2 << 20, 64 << 20),
+            "cache.shares[1].bucket",
+            "has a share already",
+        ),
+        (
+            share("Bad_Name", 2 << 20, 64 << 20),
+            "cache.shares[0].bucket",
+            "not a bucket name",
+        ),
+    ] {
+        let e = fails(&with(&cache(&shares)));
+        assert_eq!(e.key, key, "{shares}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
+}
+
+#[test]
 fn catalog_route_is_validated() {
     let r = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: catalog\n    origin: o\n    anonymous: true\n";
     let e = fails(&with(&format!(

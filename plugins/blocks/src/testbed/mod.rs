@@ -53,6 +53,7 @@ pub fn settings(dir: &std::path::Path, data_dram: usize) -> CacheSettings {
         footer_bytes: 0,
         data: store("data", data_dram),
         meta: store("metadata", 8 << 20),
+        shares: Vec::new(),
         kept_bytes: 4 << 20,
         admission_threshold: 2,
         mutable_ttl: Duration::from_secs(5),
@@ -151,6 +152,24 @@ impl Bed {
         conditions: &Conditions,
         sink: &mut Collect,
     ) -> Result<Read, S3Error> {
+        Self::read_via(&self.filter, op, key, range, conditions, sink).await
+    }
+
+    /// A whole GET of `key` through another route's filter (another bucket, same cache).
+    pub async fn get_via(&self, filter: &BlockFilter, key: &str) -> Result<Read, S3Error> {
+        let none = Conditions::default();
+        let mut sink = Collect::default();
+        Self::read_via(filter, S3Op::GetObject, key, None, &none, &mut sink).await
+    }
+
+    async fn read_via(
+        filter: &BlockFilter,
+        op: S3Op,
+        key: &str,
+        range: Option<&str>,
+        conditions: &Conditions,
+        sink: &mut Collect,
+    ) -> Result<Read, S3Error> {
         let ctx = ctx(op, key);
         let head = op == S3Op::HeadObject;
         let ask = Ask {
@@ -159,7 +178,7 @@ impl Bed {
             conditions,
             version: None,
         };
-        let Some(mut o) = self.filter.open(&ctx, &ask).await? else {
+        let Some(mut o) = filter.open(&ctx, &ask).await? else {
             return Ok(Read::Pass);
         };
         if head || o.status == 304 {
@@ -172,7 +191,7 @@ impl Bed {
             });
         }
         let k = ObjectKey::parse(key).unwrap();
-        self.filter
+        filter
             .stream(
                 &mut o.reader,
                 &k,
@@ -307,3 +326,5 @@ mod labels;
 mod races;
 #[cfg(test)]
 mod seams;
+#[cfg(test)]
+mod shares;
