@@ -204,3 +204,49 @@ def test_a_restarted_proxy_gets_its_pins_and_hints_back_within_a_poll(stack):
     ctl.start()
     assert set(pins(ctl)) == {f"{NS}.back"}
     ctl.wait(lambda d: d["pins"] and d["pins"][0]["phase"] == "kept", "the pin kept after a restart")
+
+
+def column_ranges(minio, key, column):
+    """(start, len) of each of `column`'s chunks in the Parquet file at `key`, from its footer."""
+    import io
+    import pyarrow.parquet as pq
+    body = s3_client(minio.port, ORIGIN_KEY, ORIGIN_SECRET).get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    meta = pq.ParquetFile(io.BytesIO(body)).metadata
+    out = []
+    for g in range(meta.num_row_groups):
+        for c in range(meta.num_columns):
+            col = meta.row_group(g).column(c)
+            if col.path_in_schema == column:
+                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                out.append((start, col.total_compressed_size))
+    return out
+
+
+def test_a_pin_of_some_columns_keeps_only_their_blocks(stack):
+    import pyarrow as pa
+    ctl, relay, nodes, block = stack["ctl"], stack["relay"], stack["nodes"], 2 << 20
+    rows = 150_000
+    hexes = lambda: pa.array([os.urandom(16).hex() for _ in range(rows)])  # noqa: E731
+    t = stack["writer"].create_table(f"{NS}.wide", schema=pa.schema(
+        [("id", pa.int64()), ("v", pa.string()), ("w", pa.string())]))
+    t.append(pa.table({"id": pa.array(range(rows), pa.int64()), "v": hexes(), "w": hexes()}))
+    t = t.refresh()
+    ctl.wait_warm(f"{NS}.wide", t.metadata.current_snapshot_id)
+    (key, size), = table_files(t).items()
+    ranges = column_ranges(stack["minio"], key, "w")
+    blocks = {i for start, n in ranges for i in range(start // block, (start + n - 1) // block + 1)}
+    expected = sum(min(block, size - i * block) for i in blocks)
+    assert expected < size, "the test needs a file with blocks outside column w"
+    r = cli(ctl, "pin", f"{NS}.wide", "--columns", "w")
+    assert r.returncode == 0, r.stderr
+    docs = wait_kept(stack, "wide", 1)
+    assert sum(d["owned_bytes"] for d in docs) == expected
+    assert pins(ctl)[f"{NS}.wide"]["bytes"] == sum(n for _, n in ranges)
+    assert pins(ctl)[f"{NS}.wide"]["columns"] == ["w"]
+    scan_everything_else(stack)
+    mark = len(relay.lines)
+    for nd in nodes:
+        reader = iceberg(stack["rest_port"], nd.port, *CLIENT)
+        got = reader.load_table(f"{NS}.wide").scan(selected_fields=("w",)).to_arrow()
+        assert got.num_rows == rows
+    assert data_gets(relay, mark, "wide") == [], "column w went back to the origin"

@@ -2,7 +2,8 @@
 //! config; `floe-control status [ADDRESS]` prints what a running one is doing; `floe-control
 //! runs [--deployment D] [ADDRESS]` lists the scheduler's runs; `floe-control dispatch D
 //! [ADDRESS]` starts one run of deployment D by hand; `floe-control pin TABLE [--partition
-//! SPEC] [ADDRESS]` keeps a table (or its matching partitions) in the fleet's cache until
+//! SPEC] [--columns a,b] [ADDRESS]` keeps a table (or its matching partitions, or some of its
+//! columns) in the fleet's cache until
 //! `floe-control unpin` with the same arguments; `floe-control pins [ADDRESS]` lists pins; `floe-control conform D --config FILE`
 //! checks D's worker against the worker contract; `floe-control schema` prints the config's
 //! JSON Schema. ADDRESS defaults to 127.0.0.1:9102.
@@ -71,7 +72,7 @@ async fn async_main(settings: Option<floe_control::config::Settings>) -> anyhow:
         ["pins", addr] => pins(addr).await,
         ["dispatch", d] => dispatch(DEFAULT_ADDR, d).await,
         ["dispatch", d, addr] => dispatch(addr, d).await,
-        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | pin|unpin TABLE [--partition SPEC] [ADDRESS] | pins [ADDRESS] | conform D --config FILE [--event FILE] [--json] | schema"),
+        _ => bail!("usage: floe-control --config FILE | check FILE | status [ADDRESS] | runs [--deployment D] [ADDRESS] | dispatch D [ADDRESS] | pin|unpin TABLE [--partition SPEC] [--columns a,b] [ADDRESS] | pins [ADDRESS] | conform D --config FILE [--event FILE] [--json] | schema"),
     }
 }
 
@@ -157,17 +158,25 @@ async fn runs(addr: &str, deployment: Option<&str>) -> anyhow::Result<()> {
 /// Pins or unpins (`method` POST or DELETE) the table `args` name, and prints the answer.
 #[allow(clippy::print_stdout)]
 async fn pin(method: reqwest::Method, args: &[&str]) -> anyhow::Result<()> {
-    let (table, partition, addr) = match args {
-        [t] => (*t, None, DEFAULT_ADDR),
-        [t, a] => (*t, None, *a),
-        [t, "--partition", p] => (*t, Some(*p), DEFAULT_ADDR),
-        [t, "--partition", p, a] => (*t, Some(*p), *a),
-        _ => bail!("usage: floe-control pin|unpin TABLE [--partition SPEC] [ADDRESS]"),
+    let usage = "usage: floe-control pin|unpin TABLE [--partition SPEC] [--columns a,b] [ADDRESS]";
+    let Some((table, mut rest)) = args.split_first() else {
+        bail!(usage);
     };
     let mut q = url::form_urlencoded::Serializer::new(String::new());
     q.append_pair("table", table);
-    if let Some(p) = partition {
-        q.append_pair("partition", p);
+    let mut addr = DEFAULT_ADDR;
+    while let Some((first, tail)) = rest.split_first() {
+        match (*first, tail) {
+            (flag @ ("--partition" | "--columns"), [value, more @ ..]) => {
+                q.append_pair(&flag[2..], value);
+                rest = more;
+            }
+            (a, []) if !a.starts_with("--") => {
+                addr = a;
+                rest = &[];
+            }
+            _ => bail!(usage),
+        }
     }
     let (code, doc) = call(addr, method, &format!("/pins?{}", q.finish())).await?;
     if !(200..300).contains(&code) {
@@ -193,9 +202,17 @@ async fn pins(addr: &str) -> anyhow::Result<()> {
     }
     for p in doc["pins"].as_array().into_iter().flatten() {
         println!(
-            "{:<32} {:<20} {:<9} {:>6} files {:>14} bytes {}",
+            "{:<32} {:<20} {:<16} {:<9} {:>6} files {:>14} bytes {}",
             p["table"].as_str().unwrap_or_default(),
             p["partition"].as_str().unwrap_or("(all)"),
+            p["columns"]
+                .as_array()
+                .map(|c| c
+                    .iter()
+                    .filter_map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","))
+                .unwrap_or_else(|| "(all)".into()),
             p["phase"].as_str().unwrap_or_default(),
             p["files"],
             p["bytes"],

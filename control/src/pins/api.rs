@@ -1,7 +1,7 @@
 //! The pins API on floe-control's listener: `GET /pins` lists them with their state;
-//! `POST /pins?table=T[&partition=SPEC]` pins (201; 200 when already pinned; 404 for a table
-//! not followed; 409 when a node's bound refuses it, nothing changed); `DELETE /pins?table=T
-//! [&partition=SPEC]` unpins (200; 404 when no such pin). `floe-control pin` and the console's
+//! `POST /pins?table=T[&partition=SPEC][&columns=a,b]` pins (201; 200 when already pinned; 404 for a table
+//! not followed; 409 when a node's bound refuses it, nothing changed); `DELETE /pins` with the same
+//! parameters unpins (200; 404 when no such pin). `floe-control pin` and the console's
 //! buttons call these.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use super::keeper::{send_or_refuse, warm};
-use super::{added, files_of, Pin, PinPhase};
+use super::{added, current, Pin, PinPhase};
 use crate::api::{error, json_reply, Reply};
 use crate::state::Control;
 
@@ -35,19 +35,36 @@ pub async fn route(ctl: &Arc<Control>, method: &hyper::Method, query: Option<&st
 
 /// The pin a query names.
 pub fn parse(query: Option<&str>) -> Result<Pin, String> {
-    let (mut table, mut partition) = (None, None);
+    let (mut table, mut partition, mut columns) = (None, None, None);
     for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match &*k {
             "table" => table = Some(v.into_owned()),
             "partition" if !v.is_empty() => partition = Some(v.into_owned()),
             "partition" => {}
-            other => return Err(format!("unknown parameter {other:?} (table, partition)")),
+            "columns" => {
+                let list: Vec<String> = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                columns = (!list.is_empty()).then_some(list);
+            }
+            other => {
+                return Err(format!(
+                    "unknown parameter {other:?} (table, partition, columns)"
+                ))
+            }
         }
     }
     let table = table
         .filter(|t| !t.is_empty())
         .ok_or("table= is required (namespace.table)")?;
-    Ok(Pin { table, partition })
+    Ok(Pin {
+        table,
+        partition,
+        columns,
+    })
 }
 
 async fn pin_table(ctl: &Arc<Control>, pin: Pin) -> Reply {
@@ -60,11 +77,10 @@ async fn pin_table(ctl: &Arc<Control>, pin: Pin) -> Reply {
     if ctl.pins.contains(&pin) {
         return json_reply(StatusCode::OK, &json!({"pin": pin, "created": false}));
     }
-    let live = ctl.live_files();
     let mut pins = ctl.pins.pins();
-    let (before, _) = files_of(&pins, &live);
+    let (before, _) = current(ctl, &pins);
     pins.push(pin.clone());
-    let (sets, counts) = files_of(&pins, &live);
+    let (sets, counts) = current(ctl, &pins);
     {
         let mut told = ctl.told.lock().await;
         let nodes = ctl.nodes.current();
@@ -114,7 +130,7 @@ async fn unpin(ctl: &Arc<Control>, pin: Pin) -> Reply {
             )
         }
     }
-    let (sets, _) = files_of(&ctl.pins.pins(), &ctl.live_files());
+    let (sets, _) = current(ctl, &ctl.pins.pins());
     // Smaller sets are never refused; a node that does not answer gets them next poll.
     let _ = send_or_refuse(&mut told, &ctl.nodes.current(), &sets).await;
     json_reply(StatusCode::OK, &json!({"pin": pin, "removed": true}))
@@ -130,15 +146,20 @@ mod tests {
             parse(Some("table=db.t&partition=d%3D1")).unwrap(),
             Pin {
                 table: "db.t".into(),
-                partition: Some("d=1".into())
+                partition: Some("d=1".into()),
+                columns: None,
             }
+        );
+        assert_eq!(
+            parse(Some("table=db.t&columns=a,%20b.c,")).unwrap().columns,
+            Some(vec!["a".to_owned(), "b.c".to_owned()])
         );
         assert_eq!(
             parse(Some("table=db.t&partition=")).unwrap().partition,
             None
         );
         assert!(parse(Some("partition=d=1")).is_err());
-        assert!(parse(Some("table=db.t&columns=a"))
+        assert!(parse(Some("table=db.t&rows=a"))
             .unwrap_err()
             .contains("columns"));
         assert!(parse(None).is_err());

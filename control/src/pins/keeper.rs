@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::mapper::FileKey;
 use crate::node::{NodeClient, NodeError, Span, Store};
-use crate::pins::{body, files_of, PinPhase, Sets};
+use crate::pins::{body, current, KeptFile, PinPhase, Sets};
 use crate::state::Control;
 use floe_core::worker::{pause, Activity, Handle, Shutdown};
 
@@ -51,7 +51,7 @@ pub async fn run(ctl: Arc<Control>, h: Handle, mut stop: Shutdown) {
 /// One round; returns what the board shows.
 pub async fn round(ctl: &Arc<Control>) -> String {
     let pins = ctl.pins.pins();
-    let (sets, counts) = files_of(&pins, &ctl.live_files());
+    let (sets, counts) = current(ctl, &pins);
     let (refused, short) = {
         let mut told = ctl.told.lock().await;
         let nodes = ctl.nodes.current();
@@ -82,9 +82,12 @@ pub async fn round(ctl: &Arc<Control>) -> String {
         });
     }
     if short {
-        let all: Vec<FileKey> = sets
+        let all: Vec<(FileKey, KeptFile)> = sets
             .iter()
-            .flat_map(|(b, keys)| keys.keys().map(move |k| (b.clone(), k.clone())))
+            .flat_map(|(b, keys)| {
+                keys.iter()
+                    .map(move |(k, kept)| ((b.clone(), k.clone()), kept.clone()))
+            })
             .collect();
         warm(ctl, &all).await;
     }
@@ -222,17 +225,28 @@ async fn holds_less(n: &NodeClient, sets: &Sets) -> bool {
     }
 }
 
-/// Warms `files` whole into their owners (through the first node, which routes each block to
-/// its owner), under the warm rate; failures are logged.
-pub async fn warm(ctl: &Control, files: &[FileKey]) {
+/// Warms what is pinned of `files` (whole, or their pinned ranges) into their owners (through
+/// the first node, which routes each block to its owner), under the warm rate; failures are
+/// logged.
+pub async fn warm(ctl: &Control, files: &[(FileKey, KeptFile)]) {
     let nodes = ctl.nodes.current();
     let Some(n) = ctl.placement.reader(&nodes) else {
         return;
     };
-    for (bucket, key) in files {
-        match n.warm_owners(bucket, key, Span::Whole).await {
-            Ok(bytes) => ctl.rate.acquire(bytes).await,
-            Err(e) => tracing::warn!(node = n.url(), key, error = %e, "pinned file not warmed"),
+    for ((bucket, key), kept) in files {
+        let spans: Vec<Span> = match &kept.ranges {
+            None => vec![Span::Whole],
+            Some(r) => r
+                .chunks_exact(2)
+                .filter(|c| c[1] > 0)
+                .map(|c| Span::Range(c[0], c[0] + c[1] - 1))
+                .collect(),
+        };
+        for span in spans {
+            match n.warm_owners(bucket, key, span).await {
+                Ok(bytes) => ctl.rate.acquire(bytes).await,
+                Err(e) => tracing::warn!(node = n.url(), key, error = %e, "pinned file not warmed"),
+            }
         }
     }
 }

@@ -17,7 +17,10 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mapper::FileKey;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::mapper::{FileInfo, FileKey};
 use crate::warmer::LiveFile;
 
 /// What an operator pinned.
@@ -30,9 +33,25 @@ pub struct Pin {
     /// partition has every term (quotes around values are ignored). `None`: every file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// Columns (dotted paths; a name also takes its nested fields): only their column chunks
+    /// are kept (footers stay in the metadata store as always). `None`: every column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
 }
 
 impl Pin {
+    /// Whether the pin keeps `column`'s chunks.
+    pub fn keeps_column(&self, column: &str) -> bool {
+        self.columns.as_ref().is_none_or(|cols| {
+            cols.iter().any(|c| {
+                column == c
+                    || column
+                        .strip_prefix(c.as_str())
+                        .is_some_and(|rest| rest.starts_with('.'))
+            })
+        })
+    }
+
     /// Whether a file of partition `rendered` (the warmer's `name=value/...`) is pinned.
     pub fn matches(&self, rendered: &str) -> bool {
         let Some(spec) = &self.partition else {
@@ -184,11 +203,42 @@ impl PinBook {
     }
 }
 
-/// The pinned files of every pin, by bucket (each file once), from each table's live files;
-/// beside it each pin's files and bytes. A pin whose table has no warmed commit yet has none.
+/// What a node keeps of one pinned file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptFile {
+    /// Its size.
+    pub size: u64,
+    /// Pinned in part: flat `[start, len, ...]` byte ranges (the chosen columns' chunks).
+    /// `None`: whole.
+    pub ranges: Option<Vec<u64>>,
+}
+
+impl KeptFile {
+    /// Adds what another pin keeps of the same file: whole wins, ranges add up.
+    fn merge(&mut self, other: KeptFile) {
+        match (&mut self.ranges, other.ranges) {
+            (Some(mine), Some(theirs)) => mine.extend(theirs),
+            (mine, _) => *mine = None,
+        }
+    }
+
+    /// Bytes it pins.
+    pub fn bytes(&self) -> u64 {
+        match &self.ranges {
+            None => self.size,
+            Some(r) => r.chunks_exact(2).map(|c| c[1]).sum(),
+        }
+    }
+}
+
+/// The pinned files of every pin, by bucket (each file once), from each table's live files
+/// (and, for pins of some columns, the file map's column chunks); beside it each pin's files
+/// and bytes. A pin whose table has no warmed commit yet has none. A file whose chunks are not
+/// mapped (over the warm budget) is pinned whole.
 pub fn files_of(
     pins: &[Pin],
     live: &BTreeMap<String, std::sync::Arc<Vec<LiveFile>>>,
+    chunks: &HashMap<FileKey, Arc<FileInfo>>,
 ) -> (Sets, Vec<(u64, u64)>) {
     let mut sets: Sets = BTreeMap::new();
     let mut counts = Vec::new();
@@ -198,37 +248,60 @@ pub fn files_of(
             if !pin.matches(&f.partition) {
                 continue;
             }
+            let ranges = match (&pin.columns, chunks.get(&f.loc)) {
+                (Some(_), Some(info)) => Some(
+                    info.chunks
+                        .iter()
+                        .filter(|c| pin.keeps_column(&c.column))
+                        .flat_map(|c| [c.start, c.len])
+                        .collect(),
+                ),
+                _ => None,
+            };
+            let kept = KeptFile {
+                size: f.size,
+                ranges,
+            };
             files += 1;
-            bytes += f.size;
+            bytes += kept.bytes();
             let (bucket, key) = &f.loc;
-            sets.entry(bucket.clone())
-                .or_default()
-                .insert(key.clone(), f.size);
+            match sets.entry(bucket.clone()).or_default().entry(key.clone()) {
+                std::collections::btree_map::Entry::Vacant(v) => drop(v.insert(kept)),
+                std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().merge(kept),
+            }
         }
         counts.push((files, bytes));
     }
     (sets, counts)
 }
 
-/// Pinned files by bucket: key -> size.
-pub type Sets = BTreeMap<String, BTreeMap<String, u64>>;
-
-/// The body of one bucket's `PUT /kept`.
-pub fn body(set: Option<&BTreeMap<String, u64>>) -> floe_core::wire::KeptBody {
-    floe_core::wire::KeptBody {
-        keys: set
-            .map(|s| s.iter().map(|(k, n)| (k.clone(), *n)).collect())
-            .unwrap_or_default(),
-    }
+/// [`files_of`] over the control plane's current state.
+pub fn current(ctl: &crate::state::Control, pins: &[Pin]) -> (Sets, Vec<(u64, u64)>) {
+    files_of(pins, &ctl.live_files(), &ctl.files.load())
 }
 
-/// The files of `sets` (bucket, key) not in `before`.
-pub fn added(sets: &Sets, before: &Sets) -> Vec<FileKey> {
+/// Pinned files by bucket: key -> what is kept of it.
+pub type Sets = BTreeMap<String, BTreeMap<String, KeptFile>>;
+
+/// The body of one bucket's `PUT /kept`.
+pub fn body(set: Option<&BTreeMap<String, KeptFile>>) -> floe_core::wire::KeptBody {
+    let mut out = floe_core::wire::KeptBody::default();
+    for (key, kept) in set.into_iter().flatten() {
+        out.keys.push((key.clone(), kept.size));
+        if let Some(r) = &kept.ranges {
+            out.parts.insert(key.clone(), r.clone());
+        }
+    }
+    out
+}
+
+/// The files of `sets` (bucket, key, what is kept) not kept the same way in `before`.
+pub fn added(sets: &Sets, before: &Sets) -> Vec<(FileKey, KeptFile)> {
     sets.iter()
         .flat_map(|(b, keys)| {
-            keys.keys()
-                .filter(move |k| !before.get(b).is_some_and(|old| old.contains_key(*k)))
-                .map(move |k| (b.clone(), k.clone()))
+            keys.iter()
+                .filter(move |(k, kept)| before.get(b).and_then(|old| old.get(*k)) != Some(*kept))
+                .map(move |(k, kept)| ((b.clone(), k.clone()), kept.clone()))
         })
         .collect()
 }
@@ -237,6 +310,11 @@ pub fn added(sets: &Sets, before: &Sets) -> Vec<FileKey> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    fn chunks() -> HashMap<FileKey, Arc<FileInfo>> {
+        let info = crate::mapper::tests::info("db.t");
+        [(("b".to_owned(), "a".to_owned()), Arc::new(info))].into()
+    }
 
     fn file(key: &str, partition: &str, size: u64) -> LiveFile {
         LiveFile {
@@ -252,6 +330,7 @@ mod tests {
         let pin = |p: Option<&str>| Pin {
             table: "db.t".into(),
             partition: p.map(str::to_owned),
+            columns: None,
         };
         assert!(pin(None).matches("day=3/region=\"eu\""));
         assert!(pin(Some("region=eu")).matches("day=3/region=\"eu\""));
@@ -267,25 +346,38 @@ mod tests {
             "db.t".to_owned(),
             Arc::new(vec![file("a", "d=1", 10), file("b", "d=2", 20)]),
         );
+        let pin = |table: &str, partition: Option<&str>, columns: Option<&[&str]>| Pin {
+            table: table.into(),
+            partition: partition.map(str::to_owned),
+            columns: columns.map(|c| c.iter().map(|s| s.to_string()).collect()),
+        };
         let pins = [
-            Pin {
-                table: "db.t".into(),
-                partition: None,
-            },
-            Pin {
-                table: "db.t".into(),
-                partition: Some("d=2".into()),
-            },
-            Pin {
-                table: "db.other".into(),
-                partition: None,
-            },
+            pin("db.t", None, None),
+            pin("db.t", Some("d=2"), None),
+            pin("db.other", None, None),
+            pin("db.t", None, Some(&["b"])),
         ];
-        let (sets, counts) = files_of(&pins, &live);
-        assert_eq!(counts, [(2, 30), (1, 20), (0, 0)]);
+        let (sets, counts) = files_of(&pins, &live, &chunks());
+        // File a's chunks are mapped (b: 44+40); file b's are not, so it is pinned whole.
+        assert_eq!(counts, [(2, 30), (1, 20), (0, 0), (2, 40 + 20)]);
         assert_eq!(sets["b"].len(), 2);
-        let before: Sets = [("b".to_owned(), [("a".to_owned(), 10)].into())].into();
-        assert_eq!(added(&sets, &before), [("b".to_owned(), "b".to_owned())]);
+        assert_eq!(
+            sets["b"]["a"].ranges, None,
+            "a whole pin wins over a pin of columns"
+        );
+        let (columns_only, _) = files_of(&pins[3..], &live, &chunks());
+        assert_eq!(columns_only["b"]["a"].ranges, Some(vec![44, 40]));
+        let whole = |size| KeptFile { size, ranges: None };
+        let before: Sets = [("b".to_owned(), [("a".to_owned(), whole(10))].into())].into();
+        assert_eq!(
+            added(&sets, &before),
+            [(("b".to_owned(), "b".to_owned()), whole(20))]
+        );
+        let body = body(columns_only.get("b"));
+        assert_eq!(body.keys, [("a".to_owned(), 10), ("b".to_owned(), 20)]);
+        assert_eq!(body.parts["a"], [44, 40]);
+        assert!(pin("t", None, Some(&["a"])).keeps_column("a.x"));
+        assert!(!pin("t", None, Some(&["a"])).keeps_column("ab"));
     }
 
     #[test]
@@ -296,6 +388,7 @@ mod tests {
         let pin = Pin {
             table: "db.t".into(),
             partition: Some("d=1".into()),
+            columns: Some(vec!["a".into()]),
         };
         book.add(pin.clone()).unwrap();
         book.add(pin.clone()).unwrap();

@@ -52,7 +52,7 @@ pub(crate) fn adopt(
     for index in first / bs..=last / bs {
         let (start, len) = block_span(index, bs, size);
         let key = target.block_key(index, bs);
-        let store = cache.store_of(class, index, size);
+        let store = cache.store_of(class, (&target.bucket_key, &target.object_key), index, size);
         if cache.contains(&key, store) {
             break;
         }

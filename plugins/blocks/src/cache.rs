@@ -109,6 +109,8 @@ pub struct BlockCache {
     pub kept_stats: StoreStats,
     /// Every route's pinned bytes here, against `kept_bytes`.
     pub kept_ledger: crate::kept::KeptLedger,
+    /// Files pinned in part: the blocks kept, by bucket and key (see [`crate::kept`]).
+    pub kept_parts: crate::kept::KeptParts,
     /// Served reads, drained by the control plane's heat ledger.
     pub access: AccessLog,
     /// Client reads that are waiting on origin fills right now (the control plane's prefetch
@@ -202,6 +204,7 @@ impl BlockCache {
             kept,
             kept_stats,
             kept_ledger: Default::default(),
+            kept_parts: Default::default(),
             access: AccessLog::default(),
             foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
@@ -277,10 +280,22 @@ impl BlockCache {
         self.classifier.classify(key)
     }
 
-    /// Which store block `index` of an object belongs to.
-    pub fn store_of(&self, class: Class, index: u64, size: u64) -> Store {
-        if class.store != Store::Data {
-            return class.store; // metadata, or a pinned file kept whole
+    /// Which store block `index` of an object (`bucket`, `key`, `size` bytes, of `class`)
+    /// belongs to: a pinned file's blocks to the kept store (of a file pinned in part, the
+    /// blocks its pinned ranges overlap); a Parquet file's footer blocks to the metadata
+    /// store; the rest to the class's store.
+    pub fn store_of(
+        &self,
+        class: Class,
+        (bucket, key): (&str, &str),
+        index: u64,
+        size: u64,
+    ) -> Store {
+        match class.store {
+            Store::Data => {}
+            Store::KeptPart if self.kept_parts.keeps(bucket, key, index) => return Store::Kept,
+            Store::KeptPart => {}
+            other => return other, // metadata, or a pinned file kept whole
         }
         let (start, len) = block_span(index, self.settings.block_bytes, size);
         if class.parquet && start + len > size.saturating_sub(self.settings.footer_bytes) {
@@ -294,10 +309,12 @@ impl BlockCache {
     pub(crate) fn pick(&self, s: Store, bucket: &str) -> (&BlockStore, &StoreStats) {
         match s {
             Store::Metadata => (&self.meta, &self.meta_stats),
-            Store::Data => match self.shares.iter().find(|sh| *sh.bucket == *bucket) {
-                Some(sh) => (&sh.store, &sh.stats),
-                None => (&self.data, &self.data_stats),
-            },
+            Store::Data | Store::KeptPart => {
+                match self.shares.iter().find(|sh| *sh.bucket == *bucket) {
+                    Some(sh) => (&sh.store, &sh.stats),
+                    None => (&self.data, &self.data_stats),
+                }
+            }
             Store::Kept => (&self.kept, &self.kept_stats),
         }
     }
@@ -360,7 +377,7 @@ impl BlockCache {
         }
         stats.inserted.fetch_add(1, Ordering::Relaxed);
         let every_insert = match s {
-            Store::Data => self.settings.data.write_every_insert,
+            Store::Data | Store::KeptPart => self.settings.data.write_every_insert,
             Store::Metadata => self.settings.meta.write_every_insert,
             Store::Kept => false,
         };
@@ -426,7 +443,7 @@ impl BlockCache {
                 block_bytes: bs as u32,
                 index,
             };
-            (k, self.store_of(m.class, index, m.size))
+            (k, self.store_of(m.class, (bucket, key), index, m.size))
         })
     }
 

@@ -15,6 +15,10 @@ pub enum Store {
     /// A pinned table's files, whole, in the kept store: DRAM the other stores cannot evict
     /// (see [`crate::kept`]). Never a rule's store: only the control plane's pins name it.
     Kept,
+    /// A file pinned in part (some columns): the blocks its pinned ranges overlap are kept, the
+    /// others stored as a data file's ([`crate::cache::BlockCache::store_of`] decides per
+    /// block). A class only: no block is ever stored under it.
+    KeptPart,
 }
 
 /// A classification rule: a glob over the object key.

@@ -271,7 +271,7 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, how: Publi
     } = how;
     let bs = cache.settings.block_bytes;
     let len = block_span(it.index, bs, size).1 as u32;
-    let s = cache.store_of(t.map.class, it.index, size);
+    let s = cache.store_of(t.map.class, (&t.bucket_key, &t.object_key), it.index, size);
     let fetched = bytes.len() as u64;
     let piece = Span {
         off: it.from,

@@ -26,6 +26,55 @@ pub struct KeptSet {
     owned_bytes: std::sync::atomic::AtomicU64,
 }
 
+/// Files pinned in part (some columns): the indices of the blocks kept, by bucket and key,
+/// sorted. Read by [`crate::cache::BlockCache::store_of`] for files of class
+/// [`Store::KeptPart`] only; written when a route's set is replaced.
+#[derive(Default)]
+pub struct KeptParts {
+    by_bucket: RwLock<HashMap<Arc<str>, PartsOf>>,
+}
+
+/// One bucket's files pinned in part: key -> kept block indices, sorted.
+type PartsOf = HashMap<String, Arc<[u64]>>;
+
+impl KeptParts {
+    /// Whether block `index` of `bucket`/`key` is kept.
+    pub fn keeps(&self, bucket: &str, key: &str, index: u64) -> bool {
+        self.get(bucket, key)
+            .is_some_and(|blocks| blocks.binary_search(&index).is_ok())
+    }
+
+    /// The kept blocks of a file pinned in part.
+    pub fn get(&self, bucket: &str, key: &str) -> Option<Arc<[u64]>> {
+        let by_bucket = self.by_bucket.read().ok()?;
+        by_bucket.get(bucket)?.get(key).cloned()
+    }
+
+    /// Replaces `bucket`'s files pinned in part; returns the ones it had.
+    fn replace(&self, bucket: &Arc<str>, parts: PartsOf) -> PartsOf {
+        match self.by_bucket.write() {
+            Ok(mut b) => b.insert(bucket.clone(), parts).unwrap_or_default(),
+            Err(_) => HashMap::new(),
+        }
+    }
+}
+
+/// The blocks (of `block_bytes`) that flat `[start, len, ...]` ranges of a `size`-byte file
+/// overlap, sorted and once each.
+pub fn blocks_of(ranges: &[u64], block_bytes: u64, size: u64) -> Arc<[u64]> {
+    let mut out: Vec<u64> = ranges
+        .chunks_exact(2)
+        .filter(|r| r[1] > 0 && r[0] < size)
+        .flat_map(|r| {
+            let end = r[0].saturating_add(r[1]).min(size);
+            r[0] / block_bytes..=(end - 1) / block_bytes
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out.into()
+}
+
 /// Every route's pinned bytes on this node, against the bound.
 #[derive(Default)]
 pub struct KeptLedger {
@@ -53,10 +102,14 @@ impl KeptSet {
         self.files.read().is_ok_and(|f| f.contains_key(key))
     }
 
-    /// The class of a pinned file.
-    pub fn class(key: &str) -> Class {
+    /// The class of a pinned file (pinned in part: [`Store::KeptPart`]).
+    pub fn class(key: &str, in_part: bool) -> Class {
         Class {
-            store: Store::Kept,
+            store: if in_part {
+                Store::KeptPart
+            } else {
+                Store::Kept
+            },
             immutable: true,
             parquet: key.ends_with(".parquet"),
         }
@@ -64,8 +117,9 @@ impl KeptSet {
 }
 
 impl BlockFilter {
-    /// Bytes of the blocks of `key` (`size` bytes) this node owns.
-    fn owned_of(&self, key: &str, size: u64) -> u64 {
+    /// Bytes of the kept blocks of `key` (`size` bytes; `part`: only these blocks) this node
+    /// owns.
+    fn owned_of(&self, key: &str, size: u64, part: Option<&Arc<[u64]>>) -> u64 {
         let Ok(object_key) = ObjectKey::parse(key) else {
             return 0;
         };
@@ -73,6 +127,7 @@ impl BlockFilter {
         // The rendezvous owner, donors or not: a hand-over's donor holds a block for a while,
         // the owner keeps it.
         (0..size.div_ceil(bs))
+            .filter(|i| part.is_none_or(|blocks| blocks.binary_search(i).is_ok()))
             .filter(|i| {
                 self.fleet
                     .as_ref()
@@ -84,7 +139,18 @@ impl BlockFilter {
 
     /// Replaces this route's pinned files with `body`'s; refused whole past the bound.
     pub async fn keep(&self, body: &KeptBody) -> Result<KeptDoc, KeptError> {
-        let wanted: u64 = body.keys.iter().map(|(k, s)| self.owned_of(k, *s)).sum();
+        let bs = self.cache.settings.block_bytes;
+        let fresh: HashMap<String, u64> = body.keys.iter().cloned().collect();
+        let parts: PartsOf = body
+            .parts
+            .iter()
+            .filter_map(|(k, ranges)| Some((k.clone(), blocks_of(ranges, bs, *fresh.get(k)?))))
+            .collect();
+        let wanted: u64 = body
+            .keys
+            .iter()
+            .map(|(k, s)| self.owned_of(k, *s, parts.get(k)))
+            .sum();
         let bound = self.cache.settings.kept_bytes as u64;
         {
             let Ok(mut routes) = self.cache.kept_ledger.by_route.lock() else {
@@ -104,28 +170,46 @@ impl BlockFilter {
             }
             routes.insert(self.bucket_key.clone(), wanted);
         }
-        let fresh: HashMap<String, u64> = body.keys.iter().cloned().collect();
         let before = match self.kept.files.write() {
             Ok(mut files) => std::mem::replace(&mut *files, fresh.clone()),
             Err(_) => return Ok(self.kept_doc()),
         };
+        let parts_before = self
+            .cache
+            .kept_parts
+            .replace(&self.bucket_key, parts.clone());
         self.kept
             .owned_bytes
             .store(wanted, std::sync::atomic::Ordering::Relaxed);
-        let gone: Vec<&String> = before.keys().filter(|k| !fresh.contains_key(*k)).collect();
-        if !gone.is_empty() {
-            // Unpinned: resolved again under the rules' class, and every kept block of it goes
-            // (of any version: a mapping the table no longer holds must not leave bytes behind).
-            for key in &gone {
-                self.map.unmap(key);
-            }
+        // A file whose kept blocks change (unpinned, pinned in part differently, or from
+        // whole to part) is resolved again under its new class, and every kept block it no
+        // longer keeps goes (of any version: a mapping the table no longer holds must not
+        // leave bytes behind).
+        let changed: Vec<&String> = before
+            .keys()
+            .chain(fresh.keys())
+            .filter(|k| {
+                before.contains_key(*k) != fresh.contains_key(*k)
+                    || parts_before.get(*k) != parts.get(*k)
+            })
+            .collect();
+        for key in &changed {
+            self.map.unmap(key);
+        }
+        let still_kept = |key: &str, index: u64| {
+            fresh.contains_key(key)
+                && parts
+                    .get(key)
+                    .is_none_or(|blocks| blocks.binary_search(&index).is_ok())
+        };
+        if changed.iter().any(|k| before.contains_key(*k)) {
             let mut doomed = Vec::new();
             self.cache
                 .kept
                 .flush_if(|k, _| {
                     if *k.bucket == *self.bucket_key
                         && before.contains_key(&*k.key)
-                        && !fresh.contains_key(&*k.key)
+                        && !still_kept(&k.key, k.index)
                     {
                         doomed.push(k.clone());
                     }
@@ -135,9 +219,6 @@ impl BlockFilter {
             for k in &doomed {
                 self.cache.kept.remove(k);
             }
-        }
-        for key in fresh.keys().filter(|k| !before.contains_key(*k)) {
-            self.map.unmap(key); // resolved again as kept
         }
         Ok(self.kept_doc())
     }

@@ -85,7 +85,8 @@ impl BlockFilter {
     /// The class of `key`: the control plane's pinned class if any, else the path rules.
     pub(crate) fn class_of(&self, key: &str) -> Class {
         if self.kept.contains(key) {
-            return crate::kept::KeptSet::class(key);
+            let in_part = self.cache.kept_parts.get(&self.bucket_key, key).is_some();
+            return crate::kept::KeptSet::class(key, in_part);
         }
         if let Ok(mut p) = self.pinned.lock() {
             if let Some(c) = p.get(key) {

@@ -76,7 +76,7 @@ impl BlockReader {
     pub(crate) fn hint(&mut self) {
         if std::mem::replace(&mut self.hinted, true)
             || self.whole
-            || self.target.map.class.store != Store::Data
+            || !matches!(self.target.map.class.store, Store::Data | Store::KeptPart)
         {
             return;
         }

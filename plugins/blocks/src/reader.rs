@@ -132,8 +132,13 @@ impl BlockReader {
     }
 
     pub(crate) fn store(&self, index: u64) -> Store {
-        self.cache
-            .store_of(self.target.map.class, index, self.target.map.size)
+        let t = &self.target;
+        self.cache.store_of(
+            t.map.class,
+            (&t.bucket_key, &t.object_key),
+            index,
+            t.map.size,
+        )
     }
 
     /// Puts the bytes this response needs of block `index` into `sink`: from the cache, from

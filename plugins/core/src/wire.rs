@@ -246,6 +246,11 @@ mod tests {
 pub struct KeptBody {
     /// (key, size) of each pinned file.
     pub keys: Vec<(String, u64)>,
+    /// Files pinned in part (some columns): key -> the pinned byte ranges, flat
+    /// `[start, len, start, len, ...]`; only the blocks they overlap are kept. A key without
+    /// parts is kept whole.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub parts: std::collections::BTreeMap<String, Vec<u64>>,
 }
 
 /// `PUT /kept` and `GET /kept`: what the node keeps of a route's pinned files.

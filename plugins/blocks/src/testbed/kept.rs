@@ -15,6 +15,7 @@ fn body(files: &[(&str, usize)]) -> KeptBody {
             .iter()
             .map(|(k, s)| (k.to_string(), *s as u64))
             .collect(),
+        parts: Default::default(),
     }
 }
 
@@ -98,4 +99,88 @@ async fn a_set_past_the_bound_is_refused_whole() {
         "the earlier set stays whole"
     );
     assert!(bed.filter.class_of("data/b.parquet").store != crate::classify::Store::Kept);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_file_pinned_in_part_keeps_the_blocks_of_its_ranges_only() {
+    use std::sync::atomic::Ordering;
+    let bed = Bed::new().await;
+    let key = "data/wide.parquet";
+    let file = pattern(7, 4 * B + 100);
+    bed.origin.put(key, file.clone());
+    // One column chunk across blocks 1 and 2.
+    let mut pin = body(&[(key, file.len())]);
+    pin.parts
+        .insert(key.to_owned(), vec![B as u64 + 10, B as u64]);
+    let doc = bed.filter.keep(&pin).await.unwrap();
+    assert_eq!(
+        doc.owned_bytes,
+        2 * B as u64,
+        "only the two blocks it overlaps count"
+    );
+    assert_eq!(
+        bed.filter.class_of(key).store,
+        crate::classify::Store::KeptPart
+    );
+    assert_eq!(bed.get(key, None).await.unwrap().bytes(), &file);
+    let kept_entries = bed.cache.kept.memory().entries();
+    assert_eq!(
+        kept_entries, 2,
+        "blocks 1 and 2 are kept, the others are data"
+    );
+    // A flood evicts the data blocks; the pinned range reads with no origin request.
+    for i in 0..64u8 {
+        let flood = format!("data/flood-{i}.bin");
+        bed.origin.put(&flood, pattern(i, 8 * B));
+        for _ in 0..2 {
+            bed.get(&flood, None).await.unwrap();
+        }
+    }
+    assert!(
+        bed.cache
+            .data_stats
+            .events
+            .evictions
+            .load(Ordering::Relaxed)
+            > 0
+    );
+    let before = bed.origin.counts();
+    let range = format!("bytes={}-{}", B + 10, 2 * B + 9);
+    let again = bed.get(key, Some(&range)).await.unwrap();
+    assert_eq!(again.bytes(), &file.slice(B + 10..2 * B + 10));
+    assert_eq!(
+        bed.origin.counts().1,
+        before.1,
+        "the pinned range went to the origin"
+    );
+    // Pinned whole now: the file's class changes and its blocks are kept whole after a read.
+    bed.filter.keep(&body(&[(key, file.len())])).await.unwrap();
+    assert_eq!(bed.filter.class_of(key).store, crate::classify::Store::Kept);
+    // Then pinned in part again, differently (block 3 only): blocks 1 and 2 leave.
+    let mut other = body(&[(key, file.len())]);
+    other.parts.insert(key.to_owned(), vec![3 * B as u64, 10]);
+    bed.filter.keep(&other).await.unwrap();
+    assert_eq!(
+        bed.cache.kept.memory().entries(),
+        0,
+        "no block of the old ranges is kept"
+    );
+    assert_eq!(bed.get(key, None).await.unwrap().bytes(), &file);
+    assert_eq!(bed.cache.kept.memory().entries(), 1);
+}
+
+#[test]
+fn ranges_map_to_the_blocks_they_overlap() {
+    use crate::kept::blocks_of;
+    assert_eq!(&*blocks_of(&[0, 1, 10, 5], 10, 100), &[0, 1]);
+    assert_eq!(
+        &*blocks_of(&[95, 50, 30, 0], 10, 100),
+        &[9],
+        "clamped; empty ranges skipped"
+    );
+    assert_eq!(
+        &*blocks_of(&[200, 5, 1], 10, 100),
+        &[] as &[u64],
+        "past the end; odd tail"
+    );
 }
