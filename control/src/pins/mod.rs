@@ -202,7 +202,6 @@ impl PinBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn partitions_match_by_terms_and_quotes_do_not_matter() {
