@@ -132,6 +132,12 @@ def test_the_console_shows_tables_warming_the_fleet_write_back_heat_and_runs(sta
         assert dom(page, "document.querySelector('#pin-msg').dataset.status") == "201"
         assert dom(page, f"document.querySelector('#pins tr[data-pin=\"{name}\"] .pin-files').textContent") == "1"
         assert sum(nd.admin("GET", f"/kept?bucket={BUCKET}")["keys"] for nd in stack["nodes"]) == 2
+        # The table's bytes, and what the fleet holds of them: the pinned file whole on its
+        # owner, beside the footer copies the warm put on every node.
+        size = int(dom(page, f"document.querySelector('{row} .table-bytes').dataset.bytes"))
+        assert size == sum(f.file.file_size_in_bytes for f in table.refresh().scan().plan_files())
+        wait_dom(page, "the fleet's held bytes of the table",
+                 f"Number(document.querySelector('{row} .held').dataset.held) >= {size}", timeout=60)
         # Heat: the table read through Floe (PyIceberg at its defaults) heats its columns.
         reader = iceberg(stack["rest_port"], stack["nodes"][0].port, *CLIENT)
         assert reader.load_table(name).scan().to_arrow().num_rows == 1000

@@ -247,6 +247,19 @@ impl NodeClient {
         self.json(req).await
     }
 
+    /// Bytes the node holds of each of `keys` in `bucket` (`POST /held`), in order.
+    pub async fn held(&self, bucket: &str, keys: &[String]) -> Result<Vec<u64>, NodeError> {
+        let req = self
+            .http
+            .post(format!("{}/held", self.node.admin))
+            .query(&[("bucket", bucket)])
+            .json(&wire::HeldBody {
+                keys: keys.to_vec(),
+            });
+        let doc: wire::HeldDoc = self.json(req).await?;
+        Ok(doc.bytes)
+    }
+
     /// What the node keeps of `bucket`'s pinned files (`GET /kept`).
     pub async fn kept_doc(&self, bucket: &str) -> Result<wire::KeptDoc, NodeError> {
         let req = self

@@ -134,6 +134,43 @@ pub struct Console {
     pub fleet: ArcSwap<FleetView>,
     /// The heat ledger over time.
     pub heat: HeatHistory,
+    /// Bytes of each table's live files the fleet holds, summed over nodes (every
+    /// [`HELD_EVERY`] rounds).
+    pub held: std::sync::Mutex<HashMap<String, u64>>,
+    rounds: std::sync::atomic::AtomicU64,
+}
+
+/// The fleet's held bytes per table are read every this many rounds (20 s): a request per
+/// node and bucket for up to [`HELD_KEYS_PER_POST`] files each.
+pub const HELD_EVERY: u64 = 10;
+/// Keys per `POST /held`.
+pub const HELD_KEYS_PER_POST: usize = 2000;
+
+/// Bytes of each table's live files held by the fleet's nodes together; a node that does not
+/// answer counts 0.
+pub async fn held_bytes(ctl: &Control) -> HashMap<String, u64> {
+    let nodes = ctl.nodes.current();
+    let mut out = HashMap::new();
+    for (table, live) in ctl.live_files() {
+        let mut by_bucket: HashMap<&str, Vec<String>> = HashMap::new();
+        for f in live.iter() {
+            by_bucket.entry(&f.loc.0).or_default().push(f.loc.1.clone());
+        }
+        let mut total = 0;
+        for n in nodes.iter() {
+            for (bucket, keys) in &by_bucket {
+                for batch in keys.chunks(HELD_KEYS_PER_POST) {
+                    total += n
+                        .held(bucket, batch)
+                        .await
+                        .map(|b| b.iter().sum::<u64>())
+                        .unwrap_or(0);
+                }
+            }
+        }
+        out.insert(table, total);
+    }
+    out
 }
 
 /// Reads one node; `previous`: its row of the round before (for the propagation rate).
@@ -199,6 +236,19 @@ pub async fn round(ctl: &Control) -> usize {
         per_table.insert(table.clone(), cells);
     }
     console.heat.push(now_ms(), per_table);
+    let n = console
+        .rounds
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let unread = {
+        let known = console.held.lock().map(|h| h.len()).unwrap_or(0);
+        known < ctl.live_files().len() // a new table is read at once
+    };
+    if n % HELD_EVERY == 0 || unread {
+        let held = held_bytes(ctl).await;
+        if let Ok(mut h) = console.held.lock() {
+            *h = held;
+        }
+    }
     up
 }
 

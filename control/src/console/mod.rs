@@ -40,6 +40,8 @@ fn tail(log: &str, max: usize) -> &str {
 pub async fn data(ctl: &Control) -> Value {
     let console = &ctl.console;
     let heat = console.heat.maps();
+    let held = console.held.lock().map(|h| h.clone()).unwrap_or_default();
+    let live = ctl.live_files();
     let tables: Vec<Value> = ctl
         .tables()
         .into_iter()
@@ -54,6 +56,8 @@ pub async fn data(ctl: &Control) -> Value {
                 "commits": t.commits,
                 "warm": t.warm,
                 "purges_pending": t.purges_pending,
+                "bytes": live.get(&name).map(|l| l.iter().map(|f| f.size).sum::<u64>()),
+                "held_bytes": held.get(&name),
                 "heat": heat.get(&name),
             })
         })

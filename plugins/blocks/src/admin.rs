@@ -16,6 +16,9 @@
 //!   -> the chunks held for one file, as `[start, len, ...]`.
 //! - `POST /settle` -> answers once every block and mapping written so far is on disk (before
 //!   a planned stop, or a test's kill -9).
+//! - `PUT /kept?bucket=B` with a [`wire::KeptBody`] -> the route's pinned files (409 past
+//!   `cache.pinned_bytes`); `GET /kept?bucket=B` -> what is kept ([`wire::KeptDoc`]).
+//! - `POST /held?bucket=B` with a [`wire::HeldBody`] -> bytes this node holds of each key.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -181,6 +184,27 @@ impl BlocksAdmin {
         }
     }
 
+    /// `POST /held?bucket=`: bytes held of each key (see [`crate::held`]); 413 past
+    /// [`crate::held::MAX_HELD_KEYS`] keys.
+    async fn held(&self, req: &AdminRequest) -> AdminResponse {
+        let filter = match self.route(req) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let body: wire::HeldBody = match serde_json::from_slice(&req.body) {
+            Ok(b) => b,
+            Err(e) => return AdminResponse::error(400, format!("bad held body: {e}")),
+        };
+        if body.keys.len() > crate::held::MAX_HELD_KEYS {
+            return AdminResponse::error(
+                413,
+                format!("at most {} keys per request", crate::held::MAX_HELD_KEYS),
+            );
+        }
+        let bytes = filter.held(&body.keys).await;
+        AdminResponse::doc(200, &wire::HeldDoc { bytes })
+    }
+
     /// `POST /chunks`: one table's column chunks.
     fn publish_chunks(&self, req: &AdminRequest) -> AdminResponse {
         if let Err(r) = self.route(req) {
@@ -239,6 +263,7 @@ impl AdminHandler for BlocksAdmin {
             ("POST", "/classify") => self.classify(req),
             ("POST", "/chunks") => self.publish_chunks(req),
             ("PUT", "/kept") => self.keep(req).await,
+            ("POST", "/held") => self.held(req).await,
             ("GET", "/kept") => match self.route(req) {
                 Ok(f) => AdminResponse::doc(200, &f.kept_doc()),
                 Err(r) => r,

@@ -423,7 +423,7 @@ impl BlockCache {
     }
 
     /// Every (index, key, store) of one object version's blocks.
-    fn blocks_of_version<'a>(
+    pub(crate) fn blocks_of_version<'a>(
         &'a self,
         bucket: &'a Arc<str>,
         key: &'a Arc<str>,

@@ -23,6 +23,7 @@ mod fill;
 mod filter;
 pub mod forget;
 mod gauges;
+mod held;
 pub mod hints;
 pub mod hot;
 mod inflight;

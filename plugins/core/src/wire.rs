@@ -253,6 +253,21 @@ pub struct KeptBody {
     pub parts: std::collections::BTreeMap<String, Vec<u64>>,
 }
 
+/// `POST /held?bucket=`: the objects whose held bytes are asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldBody {
+    /// Object keys.
+    pub keys: Vec<String>,
+}
+
+/// The answer to `POST /held`: bytes this node holds of each key, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldDoc {
+    /// Bytes per key.
+    pub bytes: Vec<u64>,
+}
+
 /// `PUT /kept` and `GET /kept`: what the node keeps of a route's pinned files.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeptDoc {

@@ -184,3 +184,30 @@ fn ranges_map_to_the_blocks_they_overlap() {
         "past the end; odd tail"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn held_bytes_count_every_store_by_key() {
+    let bed = Bed::new().await;
+    let (pinned, plain) = (pattern(1, 2 * B + 5), pattern(2, 3 * B));
+    bed.origin.put("data/p.parquet", pinned.clone());
+    bed.origin.put("data/x.bin", plain.clone());
+    bed.filter
+        .keep(&body(&[("data/p.parquet", pinned.len())]))
+        .await
+        .unwrap();
+    bed.get("data/p.parquet", None).await.unwrap();
+    bed.get("data/x.bin", Some("bytes=0-99")).await.unwrap();
+    let keys = ["data/p.parquet", "data/x.bin", "data/none"].map(String::from);
+    let held = bed.filter.held(&keys).await;
+    assert_eq!(
+        held[0],
+        pinned.len() as u64,
+        "the kept store holds it whole"
+    );
+    assert!(
+        held[1] >= 100 && held[1] <= B as u64,
+        "a range fill: {}",
+        held[1]
+    );
+    assert_eq!(held[2], 0);
+}
