@@ -243,7 +243,7 @@ pub async fn round(ctl: &Control) -> usize {
         let known = console.held.lock().map(|h| h.len()).unwrap_or(0);
         known < ctl.live_files().len() // a new table is read at once
     };
-    if n % HELD_EVERY == 0 || unread {
+    if n.is_multiple_of(HELD_EVERY) || unread {
         let held = held_bytes(ctl).await;
         if let Ok(mut h) = console.held.lock() {
             *h = held;
