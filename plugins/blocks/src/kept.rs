@@ -225,19 +225,36 @@ impl BlockFilter {
 
     /// What this node keeps of the route's pinned files.
     pub fn kept_doc(&self) -> KeptDoc {
-        let pinned = self
-            .cache
-            .kept_ledger
-            .by_route
-            .lock()
-            .map(|r| r.values().sum())
-            .unwrap_or(0);
+        // What this node owns moves with the fleet's view (a node that restarted alone owned
+        // everything at first): counted again now, and the ledger follows.
+        let files: Vec<(String, u64)> = self
+            .kept
+            .files
+            .read()
+            .map(|f| f.iter().map(|(k, s)| (k.clone(), *s)).collect())
+            .unwrap_or_default();
+        let owned: u64 = files
+            .iter()
+            .map(|(k, size)| {
+                let part = self.cache.kept_parts.get(&self.bucket_key, k);
+                self.owned_of(k, *size, part.as_ref())
+            })
+            .sum();
+        self.kept
+            .owned_bytes
+            .store(owned, std::sync::atomic::Ordering::Relaxed);
+        let pinned = match self.cache.kept_ledger.by_route.lock() {
+            Ok(mut routes) => {
+                if !files.is_empty() || routes.contains_key(&self.bucket_key) {
+                    routes.insert(self.bucket_key.clone(), owned);
+                }
+                routes.values().sum()
+            }
+            Err(_) => 0,
+        };
         KeptDoc {
-            keys: self.kept.files.read().map(|f| f.len() as u64).unwrap_or(0),
-            owned_bytes: self
-                .kept
-                .owned_bytes
-                .load(std::sync::atomic::Ordering::Relaxed),
+            keys: files.len() as u64,
+            owned_bytes: owned,
             pinned_bytes: pinned,
             held_bytes: self.cache.kept.memory().usage() as u64,
             bound_bytes: self.cache.settings.kept_bytes as u64,
