@@ -109,6 +109,9 @@ pub struct BlockCache {
     pub kept_stats: StoreStats,
     /// Every route's pinned bytes here, against `kept_bytes`.
     pub kept_ledger: crate::kept::KeptLedger,
+    /// The metadata tier's removal count: how old a persisted mapping may be and still be
+    /// trusted (see [`crate::tombs`]).
+    pub tombs: crate::tombs::TombClock,
     /// Files pinned in part: the blocks kept, by bucket and key (see [`crate::kept`]).
     pub kept_parts: crate::kept::KeptParts,
     /// Served reads, drained by the control plane's heat ledger.
@@ -163,11 +166,14 @@ impl BlockCache {
         let stamp = crate::missed::read_stamp(&settings.meta.disk_dir);
         let data_stats = StoreStats::default();
         let meta_stats = StoreStats::default();
+        let tombs =
+            crate::tombs::TombClock::open(&settings.meta.disk_dir, settings.meta.disk_bytes);
         let data = store::open(
             "data",
             &settings.data,
             settings.block_bytes as usize,
             data_stats.events.clone(),
+            None,
         )
         .await?;
         let meta = store::open(
@@ -175,6 +181,7 @@ impl BlockCache {
             &settings.meta,
             settings.block_bytes as usize,
             meta_stats.events.clone(),
+            Some(&tombs),
         )
         .await?;
         let shares = crate::shares::open(&settings.shares, settings.block_bytes as usize).await?;
@@ -205,6 +212,7 @@ impl BlockCache {
             kept_stats,
             kept_ledger: Default::default(),
             kept_parts: Default::default(),
+            tombs,
             access: AccessLog::default(),
             foreground_misses: AtomicU64::new(0),
             sketch: Sketch::new(width),
@@ -404,7 +412,7 @@ impl BlockCache {
             &self.meta,
             &self.meta_stats.events,
             Self::map_key(bucket, key),
-            Block::Full(Bytes::from(m.encode())),
+            Block::Full(Bytes::from(m.encode_stamped(self.tombs.now()))),
         );
     }
 
@@ -419,7 +427,13 @@ impl BlockCache {
         let Block::Full(b) = e.value() else {
             return None;
         };
-        Mapping::decode(std::str::from_utf8(b).ok()?, class)
+        let (m, stamp) = Mapping::decode_stamped(std::str::from_utf8(b).ok()?, class)?;
+        if !self.tombs.covers(stamp) {
+            // Older than the tombstone ring: a removal of it may be forgotten. Resolved again.
+            tracing::debug!(key = %key, ?stamp, "persisted mapping past the tombstone horizon");
+            return None;
+        }
+        Some(m)
     }
 
     /// Every (index, key, store) of one object version's blocks.
@@ -453,11 +467,17 @@ impl BlockCache {
         let bs = self.settings.block_bytes;
         for (k, s) in self.blocks_of_version(bucket, key, m) {
             let store = self.pick(s, &k.bucket).0;
-            store.remove(&k);
+            // Only what the disk tier indexes gets a tombstone: each one takes a slot of
+            // foyer's ring, which bounds how long persisted mappings are trusted (tombs.rs).
+            store.memory().remove(&k);
             let len = block_span(k.index, bs, m.size).1;
             let page = u64::from(crate::pages::page_bytes(k.block_bytes));
-            for p in 0..len.div_ceil(page) {
-                store.storage().delete(&k.page(p as u32));
+            let keys =
+                std::iter::once(k.clone()).chain((0..len.div_ceil(page)).map(|p| k.page(p as u32)));
+            for key in keys {
+                if store.storage().may_contains(&key) {
+                    store.storage().delete(&key);
+                }
             }
             n += 1;
         }

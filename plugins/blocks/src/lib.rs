@@ -52,6 +52,7 @@ mod tap;
 mod target;
 #[cfg(test)]
 mod testbed;
+pub mod tombs;
 mod trail;
 mod version;
 

@@ -113,6 +113,24 @@ impl Mapping {
         s
     }
 
+    /// [`Mapping::encode`] with the metadata tier's removal count when written (a `#tombs N`
+    /// line, see [`crate::tombs`]).
+    pub fn encode_stamped(&self, tombs: u64) -> String {
+        let mut s = self.encode();
+        s.push_str(&format!("#tombs {tombs}\n"));
+        s
+    }
+
+    /// Parses [`Mapping::encode_stamped`] output: the mapping and its stamp (`None`: written
+    /// without one); `None` if damaged.
+    pub fn decode_stamped(text: &str, class: Class) -> Option<(Self, Option<u64>)> {
+        let stamp = text
+            .lines()
+            .find_map(|l| l.strip_prefix("#tombs "))
+            .and_then(|n| n.trim().parse().ok());
+        Some((Self::decode(text, class)?, stamp))
+    }
+
     /// Parses [`Mapping::encode`] output; `None` if damaged.
     pub fn decode(text: &str, class: Class) -> Option<Self> {
         let mut lines = text.lines();
@@ -353,6 +371,12 @@ mod tests {
             "entries written before checksums are unknown"
         );
         assert!(Mapping::decode("\"abc\"\nnot-a-size\n", class).is_none());
+        let (stamped, stamp) = Mapping::decode_stamped(&m.encode_stamped(7), class).unwrap();
+        assert_eq!(
+            (stamped.headers, stamped.checksums, stamp),
+            (m.headers.clone(), m.checksums.clone(), Some(7))
+        );
+        assert_eq!(Mapping::decode_stamped(&m.encode(), class).unwrap().1, None);
         let t = MappingTable::default();
         t.put("p/a", Arc::new(back));
         assert_eq!(t.keys_with_prefix("p/"), vec!["p/a".to_owned()]);

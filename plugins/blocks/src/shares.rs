@@ -102,7 +102,7 @@ pub async fn open(
     for s in shares {
         let stats = StoreStats::default();
         let store =
-            crate::store::open("share", &s.store, block_bytes, stats.events.clone()).await?;
+            crate::store::open("share", &s.store, block_bytes, stats.events.clone(), None).await?;
         out.push(Share {
             bucket: Arc::from(s.bucket.as_str()),
             store,

@@ -243,6 +243,7 @@ pub async fn open(
     s: &StoreSettings,
     block_bytes: usize,
     events: Arc<StoreEvents>,
+    registry: Option<&crate::tombs::TombClock>,
 ) -> Result<BlockStore, StoreError> {
     let err = |reason: String| StoreError {
         name: name.to_owned(),
@@ -251,7 +252,7 @@ pub async fn open(
     };
     std::fs::create_dir_all(&s.disk_dir).map_err(|e| err(e.to_string()))?;
     if cfg!(target_os = "linux") {
-        match build(name, s, block_bytes, events.clone(), true).await {
+        match build(name, s, block_bytes, events.clone(), true, registry).await {
             Ok(store) => {
                 events.attach(&store, flush_buffer_bytes(s, block_bytes));
                 return Ok(store);
@@ -261,7 +262,7 @@ pub async fn open(
             }
         }
     }
-    let store = build(name, s, block_bytes, events.clone(), false)
+    let store = build(name, s, block_bytes, events.clone(), false, registry)
         .await
         .map_err(|e| err(e.to_string()))?;
     events.attach(&store, flush_buffer_bytes(s, block_bytes));
@@ -318,6 +319,7 @@ async fn build(
     block_bytes: usize,
     events: Arc<StoreEvents>,
     direct: bool,
+    clock: Option<&crate::tombs::TombClock>,
 ) -> foyer::Result<BlockStore> {
     let device = FsDeviceBuilder::new(&s.disk_dir).with_capacity(s.disk_bytes);
     #[cfg(target_os = "linux")]
@@ -325,7 +327,12 @@ async fn build(
     #[cfg(not(target_os = "linux"))]
     let _ = direct;
     let flush_buffer = flush_buffer_bytes(s, block_bytes);
-    HybridCacheBuilder::new()
+    let mut builder = HybridCacheBuilder::new();
+    if let Some(c) = clock {
+        // foyer's own counters for this store: the tombstone clock reads its deletes.
+        builder = builder.with_metrics_registry(c.registry());
+    }
+    builder
         .with_name(name)
         // DRAM entries are `InMem`: foyer's pipe writes only the disk-only page entries
         // [`crate::pages`] makes, as they are dropped. Nothing is flushed on close: partial

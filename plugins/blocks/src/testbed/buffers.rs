@@ -37,7 +37,9 @@ async fn store(dir: &std::path::Path) -> (BlockStore, Arc<StoreEvents>) {
         disk_bytes: 64 * MIB,
         write_every_insert: false,
     };
-    let st = store::open("data", &s, MIB, events.clone()).await.unwrap();
+    let st = store::open("data", &s, MIB, events.clone(), None)
+        .await
+        .unwrap();
     (st, events)
 }
 

@@ -328,3 +328,5 @@ mod races;
 mod seams;
 #[cfg(test)]
 mod shares;
+#[cfg(test)]
+mod tombs;
