@@ -18,7 +18,7 @@ pub struct CacheCollector {
     gauges: Vec<IntGaugeVec>,
 }
 
-const COUNTERS: [(&str, &str); 8] = [
+const COUNTERS: [(&str, &str); 9] = [
     (
         "floe_cache_hits_total",
         "Blocks a read found whole in the cache",
@@ -47,6 +47,10 @@ const COUNTERS: [(&str, &str); 8] = [
     (
         "floe_cache_fill_bytes_total",
         "Bytes filled into the cache, by source (origin, peer)",
+    ),
+    (
+        "floe_cache_disk_pages_dropped_total",
+        "Pages not written to the disk tier because its write queue was full",
     ),
 ];
 
@@ -122,6 +126,9 @@ impl Collector for CacheCollector {
             ];
             for (c, v) in self.counters.iter().zip(counts) {
                 set(c, &[store], v);
+            }
+            if let Some(dropped) = self.counters.get(8) {
+                set(dropped, &[store], st.disk_pages_dropped);
             }
             if let Some(fill) = self.counters.get(7) {
                 set(fill, &[store, "origin"], st.origin_bytes);
