@@ -65,10 +65,11 @@ pub async fn round(ctl: &Arc<Control>) -> String {
         }
         (refused, short)
     };
+    let live = ctl.live_files();
     for (pin, (files, bytes)) in pins.iter().zip(counts) {
         let why = refused
             .iter()
-            .find(|r| sets_touch(&sets, &r.bucket, ctl, pin))
+            .find(|r| touches(&live, &r.bucket, pin))
             .map(|r| r.why.clone());
         ctl.pins.update(pin, |v| {
             v.files = files;
@@ -94,14 +95,16 @@ pub async fn round(ctl: &Arc<Control>) -> String {
     format!("{} pins, {} buckets", pins.len(), sets.len())
 }
 
-/// Whether `pin`'s table has files in `bucket` (a refusal there is its refusal).
-fn sets_touch(sets: &Sets, bucket: &str, ctl: &Control, pin: &crate::pins::Pin) -> bool {
-    let live = ctl.live_files();
-    sets.contains_key(bucket)
-        && live.get(&pin.table).is_some_and(|l| {
-            l.iter()
-                .any(|f| f.loc.0 == bucket && pin.matches(&f.partition))
-        })
+/// Whether `pin` has files in `bucket` (a refusal there is its refusal).
+fn touches(
+    live: &BTreeMap<String, Arc<Vec<crate::warmer::LiveFile>>>,
+    bucket: &str,
+    pin: &crate::pins::Pin,
+) -> bool {
+    live.get(&pin.table).is_some_and(|l| {
+        l.iter()
+            .any(|f| f.loc.0 == bucket && pin.matches(&f.partition))
+    })
 }
 
 /// Reads `n`'s boot; a restarted or new node gets every table's classification and chunk

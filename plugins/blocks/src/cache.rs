@@ -225,10 +225,7 @@ impl BlockCache {
             forgets: Default::default(),
             recipients,
             returning: crate::missed::Returning::at_boot(stamp, persisted),
-            boot: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            boot: floe_core::away::wall_ms(),
         }))
     }
 
