@@ -84,7 +84,11 @@ def wait_kept(stack, name, files):
             return False
         docs = [kept(nd) for nd in stack["nodes"]]
         return all(d["keys"] == files and d["held_bytes"] >= d["pinned_bytes"] for d in docs) and docs
-    return wait_until(f"{name} kept with {files} files", ok, timeout=60)
+    try:
+        return wait_until(f"{name} kept with {files} files", ok, timeout=60)
+    except AssertionError as e:  # say where it stands
+        docs = [kept(nd) for nd in stack["nodes"]]
+        raise AssertionError(f"{e}: pin {pins(stack['ctl']).get(f'{NS}.{name}')}, nodes {docs}") from None
 
 
 def scan_everything_else(stack):
@@ -187,6 +191,9 @@ def test_a_restarted_proxy_gets_its_pins_and_hints_back_within_a_poll(stack):
     assert hints_before > 0
     boot = node.admin("GET", "/stats")["boot"]
     node.kill()
+    # Down for five of the keeper's rounds (each fails to reach it) before it comes back.
+    rounds = ctl.status()["workers"]["keeper"]["runs"]
+    ctl.wait(lambda d: d["workers"]["keeper"]["runs"] >= rounds + 5, "five keeper rounds without the node")
     node.start()
     wait_until(f"{node.name} ready", node.ready, timeout=60)
     assert node.admin("GET", "/stats")["boot"] != boot

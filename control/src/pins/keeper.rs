@@ -41,6 +41,7 @@ pub async fn run(ctl: Arc<Control>, h: Handle, mut stop: Shutdown) {
     loop {
         h.set(Activity::Working, "");
         let summary = round(&ctl).await;
+        h.done();
         h.set(Activity::Idle, summary);
         if pause(&mut stop, ctl.settings.poll).await {
             return;
@@ -55,13 +56,18 @@ pub async fn round(ctl: &Arc<Control>) -> String {
     let (refused, short) = {
         let mut told = ctl.told.lock().await;
         let nodes = ctl.nodes.current();
-        let mut short = false;
+        let mut fresh = Vec::new();
         for n in nodes.iter() {
-            short |= resync(ctl, &mut told, n).await;
+            if resync(ctl, &mut told, n).await {
+                fresh.push(n.clone());
+            }
         }
         let refused = send_all(&mut told, &nodes, &sets).await;
+        let mut short = fresh;
         for n in nodes.iter() {
-            short |= holds_less(n, &sets).await;
+            if holds_less(n, &sets).await && !short.iter().any(|s| s.url() == n.url()) {
+                short.push(n.clone());
+            }
         }
         (refused, short)
     };
@@ -77,12 +83,12 @@ pub async fn round(ctl: &Arc<Control>) -> String {
             (v.phase, v.note) = match (&why, files) {
                 (Some(w), _) => (PinPhase::Refused, w.clone()),
                 (None, 0) => (PinPhase::Pending, String::new()),
-                (None, _) if short => (PinPhase::Warming, String::new()),
+                (None, _) if !short.is_empty() => (PinPhase::Warming, String::new()),
                 (None, _) => (PinPhase::Kept, String::new()),
             };
         });
     }
-    if short {
+    if !short.is_empty() {
         let all: Vec<(FileKey, KeptFile)> = sets
             .iter()
             .flat_map(|(b, keys)| {
@@ -90,7 +96,11 @@ pub async fn round(ctl: &Arc<Control>) -> String {
                     .map(move |(k, kept)| ((b.clone(), k.clone()), kept.clone()))
             })
             .collect();
-        warm(ctl, &all).await;
+        // Through each node that lacks them: it fills the blocks it owns itself (a peer that
+        // kept them while it was away would answer a warm through it from its own copy).
+        for n in &short {
+            warm_through(ctl, n, &all).await;
+        }
     }
     format!("{} pins, {} buckets", pins.len(), sets.len())
 }
@@ -233,9 +243,13 @@ async fn holds_less(n: &NodeClient, sets: &Sets) -> bool {
 /// logged.
 pub async fn warm(ctl: &Control, files: &[(FileKey, KeptFile)]) {
     let nodes = ctl.nodes.current();
-    let Some(n) = ctl.placement.reader(&nodes) else {
-        return;
-    };
+    if let Some(n) = ctl.placement.reader(&nodes) {
+        warm_through(ctl, n, files).await;
+    }
+}
+
+/// Warms what is pinned of `files` through `n` (each block to its owner).
+async fn warm_through(ctl: &Control, n: &NodeClient, files: &[(FileKey, KeptFile)]) {
     for ((bucket, key), kept) in files {
         let spans: Vec<Span> = match &kept.ranges {
             None => vec![Span::Whole],

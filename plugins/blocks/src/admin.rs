@@ -265,7 +265,7 @@ impl AdminHandler for BlocksAdmin {
             ("PUT", "/kept") => self.keep(req).await,
             ("POST", "/held") => self.held(req).await,
             ("GET", "/kept") => match self.route(req) {
-                Ok(f) => AdminResponse::doc(200, &f.kept_doc()),
+                Ok(f) => AdminResponse::doc(200, &f.kept_now().await),
                 Err(r) => r,
             },
             ("GET", "/chunks") => self.file_chunks(req),

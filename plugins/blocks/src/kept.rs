@@ -223,6 +223,30 @@ impl BlockFilter {
         Ok(self.kept_doc())
     }
 
+    /// [`BlockFilter::kept_doc`], after dropping the route's kept blocks this node no longer
+    /// owns (the fleet's view moved: a node that owned them while a peer was away keeps them
+    /// no longer once the peer, their owner, is back).
+    pub async fn kept_now(&self) -> KeptDoc {
+        let mut doomed = Vec::new();
+        self.cache
+            .kept
+            .flush_if(|k, _| {
+                let owner_elsewhere = self
+                    .fleet
+                    .as_ref()
+                    .is_some_and(|f| f.owner(&self.bucket_key, &k.key, k.index).is_some());
+                if *k.bucket == *self.bucket_key && owner_elsewhere {
+                    doomed.push(k.clone());
+                }
+                false // nothing is written: the kept store has no disk tier
+            })
+            .await;
+        for k in &doomed {
+            self.cache.kept.remove(k);
+        }
+        self.kept_doc()
+    }
+
     /// What this node keeps of the route's pinned files.
     pub fn kept_doc(&self) -> KeptDoc {
         // What this node owns moves with the fleet's view (a node that restarted alone owned
