@@ -1,5 +1,7 @@
 //! Whether small reads' neighbours come: the evidence behind `fill: auto`'s choice between a
-//! range fill (only the bytes read) and a whole-block fill for a small read's miss.
+//! range fill (only the bytes read) and a whole-block fill for a small read's miss. A read is
+//! small when it is shorter than a block: a whole block then costs the origin up to the
+//! block's size more than the read, paid back in round trips only when neighbours come.
 //!
 //! A small read's range fill of a block that held nothing is a *first touch*; a later small
 //! read that misses on a block holding some bytes is a *neighbour*. When at least half the
@@ -11,9 +13,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Reads shorter than this are small: 256 KiB is well under a block (1-8 MiB), so a whole
-/// block costs at least 4x the read, worth it only when neighbours come.
-pub const SMALL_READ: u64 = 256 << 10;
 /// First touches seen before the estimate is trusted.
 pub const WARM_UP: u64 = 16;
 /// First touches per halving of the counts.

@@ -301,3 +301,53 @@ async fn a_read_overlapping_held_spans_fetches_only_what_is_missing() {
         );
     }
 }
+
+/// A read shorter than a block is small whatever its length (half a block here); a read of a
+/// block's length or more is not judged: it fetches its bytes only, even while whole fills
+/// run, and leaves the estimate as it was.
+#[tokio::test(start_paused = true)]
+async fn reads_shorter_than_a_block_are_small_and_longer_ones_are_not_judged() {
+    let bed = bed(Fill::Auto).await;
+    let n = WARM_UP + 8;
+    let body = pattern(13, n as usize * B);
+    bed.origin.put("data/h.bin", body.clone());
+    bed.head("data/h.bin").await.unwrap();
+    let half = BS / 2;
+    // Half-block reads: a first touch of each block's first half, then a neighbour in its
+    // second half.
+    for off in [0, half] {
+        for i in 0..WARM_UP {
+            let a = i * BS + off;
+            bed.get("data/h.bin", Some(&format!("bytes={a}-{}", a + half - 1)))
+                .await
+                .unwrap();
+        }
+    }
+    settle().await;
+    assert_eq!(bed.cache.neighbours.counts(), (WARM_UP, WARM_UP));
+    // Whole fills run now: a block-long read across two fresh blocks fetches its bytes only.
+    let i = (WARM_UP..n - 1)
+        .find(|i| !explored(&bed, "data/h.bin", *i) && !explored(&bed, "data/h.bin", i + 1))
+        .unwrap();
+    let a = i * BS + 100;
+    let before = bed.origin.counts().2;
+    let r = bed
+        .get("data/h.bin", Some(&format!("bytes={a}-{}", a + BS - 1)))
+        .await
+        .unwrap();
+    assert!(r.bytes() == &body.slice(a as usize..(a + BS) as usize));
+    settle().await;
+    assert_eq!(bed.origin.counts().2 - before, BS, "only the read's bytes");
+    assert_eq!(bed.cache.neighbours.counts(), (WARM_UP, WARM_UP));
+    // A half-block read of a fresh block fills it whole.
+    let j = (i + 2..n)
+        .find(|j| !explored(&bed, "data/h.bin", *j))
+        .unwrap();
+    let before = bed.origin.counts().2;
+    let a = j * BS + 10;
+    bed.get("data/h.bin", Some(&format!("bytes={a}-{}", a + half - 1)))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(bed.origin.counts().2 - before, BS, "the whole block");
+}
