@@ -7,9 +7,11 @@
 //! read that misses on a block holding some bytes is a *neighbour*. When at least half the
 //! first-touched blocks saw a neighbour, neighbours are likely and first touches fill whole
 //! blocks (one round trip then serves them all, as nginx's slices do); otherwise a first touch
-//! costs the origin only the bytes read. One block in [`EXPLORE`] keeps range fills whatever
-//! the estimate says, so the estimate follows the workload when it changes. Counts halve
-//! every [`WINDOW`] first touches: the estimate covers about the last thousand.
+//! costs the origin only the bytes read. One block in [`EXPLORE`] keeps a range fill for its
+//! first touch whatever the estimate says, so the estimate follows the workload when it
+//! changes; while neighbours are likely, a neighbour's miss fills the rest of its block (the
+//! sample's too). Counts halve every [`WINDOW`] first touches: the estimate covers about the
+//! last thousand.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,12 +45,20 @@ impl Neighbours {
         self.again.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether neighbours are likely: at least one per two first touches, after the warm-up.
+    /// A small read's miss on a block holding some bytes (a neighbour, counted already) then
+    /// fills the rest of the block, in the sample too: the sample is there to see whether a
+    /// first touch meets a neighbour, and once one came, its later ones cost nothing.
+    pub fn likely(&self) -> bool {
+        let f = self.first.load(Ordering::Relaxed);
+        let a = self.again.load(Ordering::Relaxed);
+        f >= WARM_UP && a * 2 >= f
+    }
+
     /// Whether a small read's first touch of a block should fill it whole; `sample` is a
     /// stable hash of the block (one in [`EXPLORE`] keeps range fills).
     pub fn whole(&self, sample: u64) -> bool {
-        let f = self.first.load(Ordering::Relaxed);
-        let a = self.again.load(Ordering::Relaxed);
-        f >= WARM_UP && a * 2 >= f && !sample.is_multiple_of(EXPLORE)
+        self.likely() && !sample.is_multiple_of(EXPLORE)
     }
 
     /// (first touches, neighbours) in the current window.

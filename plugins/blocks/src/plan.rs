@@ -65,7 +65,7 @@ impl BlockReader {
         }
         // Everything a client read needs is here (a block at MAX_SPANS too): nothing to fetch.
         let (a, z) = b.missing(lo, hi)?;
-        if whole || self.neighbours_come(index) {
+        if whole || (self.small(index) && self.cache.neighbours.likely()) {
             return b.missing(0, len);
         }
         // A read that starts where a cached span ends is sequential: read the block ahead.
