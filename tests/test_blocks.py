@@ -21,7 +21,10 @@ MiB = 1 << 20
 def cached(minio, tmp_path_factory):
     d = tmp_path_factory.mktemp("cached")
     relay = Relay(minio.port)
-    p = start_cached_floe(d, relay.port, d / "cache")
+    # fill: range, so a read's origin bytes do not depend on the reads earlier tests made
+    # (fill: auto's neighbour estimate learns from them); auto is covered by the test bed
+    # (plugins/blocks/src/testbed/fills.rs) and by load/bench.py.
+    p = start_cached_floe(d, relay.port, d / "cache", extra_cache="  fill: range")
     p.relay = relay
     yield p
     p.stop()
@@ -87,7 +90,7 @@ def origin_bytes(p):
 
 
 def test_range_fill_fetches_only_the_bytes_read(cached, direct):
-    """fill: range (the default): a cold read costs the origin exactly its own bytes; the spans
+    """fill: range (this module's): a cold read costs the origin exactly its own bytes; the spans
     it leaves in a block serve later reads inside them and join with their neighbours."""
     data = os.urandom(6 * MiB)
     key = "blocks/range.parquet"
