@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command: installs what the benchmark needs (MinIO, toxiproxy, Debian's nginx, DuckDB's
 # tpch extension), builds Floe in release mode, runs load/bench.py, which writes
-# load/PERFORMANCE.md. Takes ~15-25 minutes on 2 cores (first run longer: data generation).
+# load/PERFORMANCE.md. bench.py took ~50 minutes on 2 cores on 2026-12-05 (first run longer: data
+# generation); fleet_bench.py and writeback_bench.py add their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FLOE_CACHE="${FLOE_CACHE:-$HOME/.cache/floe}"
