@@ -224,6 +224,10 @@ def test_random_puts_and_deletes_under_combined_faults_lose_nothing_and_read_no_
             nd.admin("GET", "/writeback")["indexed_objects"] == 0 for nd in nodes), timeout=180)
         lost = [k for k in keys if not history[k].allows(at_origin(direct, k))]
         print(f"chaos run seed {seed}: {counts}; lost {len(lost)}: {lost[:10]}; stale: {stale[:10]}")
+        for k in lost[:3]:  # what the origin holds, which write it was, and the key's ops
+            print(f"lost {k}: origin has write {history[k].which(at_origin(direct, k))} of"
+                  f" {len(history[k].seen)}; allowed {[history[k].which(x) for x in history[k].states]};"
+                  f" ops {history[k].log}")
         assert not lost, f"keys whose origin state is no acknowledged one: {lost}"
         assert counts["acked"] > OPS // 3, counts
         for k in keys:  # and, settled, every node reads what the origin holds
