@@ -42,8 +42,8 @@ pub struct CacheSection {
     #[serde(default = "default_admission")]
     pub admission_threshold: u8,
     /// What a client read's miss of a data block fetches. `auto` (default): as `range`, and a
-    /// small read (shorter than a block) fills its whole block while recent small reads' neighbours in
-    /// the same blocks keep coming (one round trip then serves them all). `range` fetches
+    /// small read (shorter than a block) fills its whole block while recent small reads'
+    /// neighbours in the same blocks keep coming (one round trip then serves them all). `range` fetches
     /// only the bytes the read needs and keeps them as a span of the block (plus the rest of
     /// the block when a read continues where a cached span ends), so a cold random read costs
     /// the origin what it costs without Floe; `block` fetches whole blocks (read-ahead for

@@ -27,11 +27,10 @@ impl BlockReader {
     }
 
     /// Whether `fill: auto`'s small-read policy judges this read (a data read shorter than a
-    /// block that no column chunk extends). Reads up to 256 KiB alone were judged until
-    /// 2026-12-05: random 1 MiB reads of 2 MiB blocks by 16 clients then cost one origin GET
-    /// per read where nginx's slices cost one per block (load/bench.py: 0.5x nginx's cold
-    /// throughput before, 0.8-1x after; with 4 clients the origin sends 1.3x the bytes served
-    /// instead of 0.8x, for 8% more throughput; `fill: range` keeps the bytes at the read's).
+    /// block that no column chunk extends). Judging only reads under 256 KiB left random
+    /// 1 MiB reads of 2 MiB blocks at one origin GET per read where nginx's slices cost one
+    /// per block (load/PERFORMANCE.md: 16-client cold 0.49x nginx's throughput, now 0.86x;
+    /// with 4 clients the origin now sends 1.39x the bytes served instead of 0.82x).
     fn small(&self, index: u64) -> bool {
         self.cache.settings.fill == Fill::Auto
             && !self.whole
