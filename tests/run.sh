@@ -50,11 +50,29 @@ tests/clients/build.sh   # the client matrix: AWS SDKs for Go and Java, s3fs, mc
 tests/trino/fetch.sh >/dev/null   # Trino 476 for tests/test_engines.py (runs on Temurin 25)
 tests/otelcol/build.sh >/dev/null   # a real OpenTelemetry Collector for the OTLP tests
 
+# Disk: the suite moves a 5 GiB object through MinIO (tests/test_big.py) beside the caches it
+# starts, and MinIO refuses writes (507 XMinioStorageFull) when its disk runs low. Cargo's
+# incremental state is the one large thing here that a build can recreate, so it goes first.
+free_gib() { df -Pk "$1" | awk 'NR==2 { print int($4 / 1048576) }'; }
+need_gib=16
+if [ "$(free_gib "$FLOE_CACHE")" -lt "$need_gib" ]; then
+  echo "less than $need_gib GiB free under $FLOE_CACHE: removing $CARGO_TARGET_DIR/debug/incremental"
+  rm -rf "$CARGO_TARGET_DIR/debug/incremental"
+fi
 cargo build --bin floe-proxy --bin floe-control
 # A PostgreSQL server (Debian's package) for the scheduler queue's Rust tests; the Python
 # scheduler tests start their own.
 pg_dir="$(mktemp -d)"
-trap 'tests/postgres.sh stop "$pg_dir"' EXIT
+# pytest's temporary folders (MinIO's data, caches, logs: several GiB a run) live in one folder
+# removed on exit; pytest's own default keeps the last three runs'. FLOE_KEEP_TMP=1 keeps it.
+test_tmp="$(mktemp -d)"
+trap 'tests/postgres.sh stop "$pg_dir"; [ "${FLOE_KEEP_TMP:-0}" = 1 ] || rm -rf "$test_tmp"' EXIT
 FLOE_TEST_PG_URL="$(tests/postgres.sh start "$pg_dir")" cargo test --workspace
 export PATH="$FLOE_CACHE/venv/bin:$PATH" MINIO_BIN="$FLOE_CACHE/bin/minio"
-"$PY" -m pytest -q tests "$@"
+for where in "$FLOE_CACHE" "$test_tmp"; do
+  if [ "$(free_gib "$where")" -lt 8 ]; then
+    echo "only $(free_gib "$where") GiB free under $where: the suite needs 8 (a 5 GiB object goes through MinIO)"
+    exit 1
+  fi
+done
+"$PY" -m pytest -q --basetemp "$test_tmp/pytest" tests "$@"

@@ -34,28 +34,30 @@ def test_5gib_put_and_get_stream(floe, direct):
             yield piece
 
     url = f"http://127.0.0.1:{floe.port}/{BUCKET}/big/5gib"
-    req = sign("PUT", url, headers={"Content-Length": str(SIZE)}, payload="UNSIGNED-PAYLOAD")
-    # urllib3 sends a body under the connect timeout. At 5 s one CI run timed out mid-body (the
-    # first test of the run, MinIO writing 5 GiB behind the relay; the same build passed here,
-    # 45 MiB peak RSS): 60 s lets the origin's disk stall without hiding a proxy that stops
-    # reading for good.
-    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=60, read=600))
-    r = http.request("PUT", url, body=body(), headers=dict(req.headers), chunked=False)
-    assert r.status == 200, r.data
-    assert direct.head_object(Bucket=BUCKET, Key="big/5gib")["ContentLength"] == SIZE
-    after_put = peak_rss_mib(floe.proc.pid)
+    try:
+        req = sign("PUT", url, headers={"Content-Length": str(SIZE)}, payload="UNSIGNED-PAYLOAD")
+        # urllib3 sends a body under the connect timeout. At 5 s one CI run timed out mid-body (the
+        # first test of the run, MinIO writing 5 GiB behind the relay; the same build passed here,
+        # 45 MiB peak RSS): 60 s lets the origin's disk stall without hiding a proxy that stops
+        # reading for good.
+        http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=60, read=600))
+        r = http.request("PUT", url, body=body(), headers=dict(req.headers), chunked=False)
+        assert r.status == 200, r.data
+        assert direct.head_object(Bucket=BUCKET, Key="big/5gib")["ContentLength"] == SIZE
+        after_put = peak_rss_mib(floe.proc.pid)
 
-    got = hashlib.sha256()
-    n = 0
-    req = sign("GET", url)
-    r = http.request("GET", url, headers=dict(req.headers), preload_content=False)
-    assert r.status == 200
-    for piece in r.stream(CHUNK):
-        got.update(piece)
-        n += len(piece)
-    r.release_conn()
-    peak = peak_rss_mib(floe.proc.pid)
-    print(f"\nfloe peak RSS after 5 GiB PUT: {after_put:.1f} MiB; after PUT+GET: {peak:.1f} MiB")
-    assert n == SIZE and got.digest() == sent.digest()
-    assert peak < 200, f"peak RSS {peak:.1f} MiB"
-    direct.delete_object(Bucket=BUCKET, Key="big/5gib")
+        got = hashlib.sha256()
+        n = 0
+        req = sign("GET", url)
+        r = http.request("GET", url, headers=dict(req.headers), preload_content=False)
+        assert r.status == 200
+        for piece in r.stream(CHUNK):
+            got.update(piece)
+            n += len(piece)
+        r.release_conn()
+        peak = peak_rss_mib(floe.proc.pid)
+        print(f"\nfloe peak RSS after 5 GiB PUT: {after_put:.1f} MiB; after PUT+GET: {peak:.1f} MiB")
+        assert n == SIZE and got.digest() == sent.digest()
+        assert peak < 200, f"peak RSS {peak:.1f} MiB"
+    finally:  # 5 GiB left in MinIO would starve every later test of disk
+        direct.delete_object(Bucket=BUCKET, Key="big/5gib")
