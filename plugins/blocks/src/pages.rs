@@ -108,17 +108,20 @@ pub async fn complete(
         .iter()
         .map(|(p, a, b)| load_page(store, key.page(*p), (b - a) as usize));
     let pages = futures::future::join_all(loads).await;
-    let mut block = held;
     let mut from_disk = 0;
+    let mut pieces = Vec::with_capacity(wanted.len());
     for ((_, a, b), bytes) in wanted.iter().zip(pages) {
         let Some(bytes) = bytes else { continue };
         from_disk += u64::from(hi.min(*b).saturating_sub(lo.max(*a)));
-        let piece = Span { off: *a, bytes };
-        block = Some(match block {
-            Some(b) => b.merge(piece),
-            None => Block::of(len, piece),
-        });
+        pieces.push(Span { off: *a, bytes });
     }
+    // All pages in one merge: each run of touching pages and spans is copied once.
+    let block = match (held, pieces.len()) {
+        (held, 0) => held,
+        (Some(b), _) => Some(b.merge_all(pieces)),
+        (None, 1) => pieces.pop().map(|piece| Block::of(len, piece)),
+        (None, _) => Some(Block::empty(len).merge_all(pieces)),
+    };
     (block, from_disk)
 }
 
