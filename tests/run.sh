@@ -68,6 +68,8 @@ pg_dir="$(mktemp -d)"
 test_tmp="$(mktemp -d)"
 trap 'tests/postgres.sh stop "$pg_dir"; [ "${FLOE_KEEP_TMP:-0}" = 1 ] || rm -rf "$test_tmp"' EXIT
 FLOE_TEST_PG_URL="$(tests/postgres.sh start "$pg_dir")" cargo test --workspace
+# The vendored foyer-storage's patch (vendor/README.md): its own test, not the crate's suite.
+cargo test --manifest-path vendor/foyer-storage/Cargo.toml --lib recycle
 export PATH="$FLOE_CACHE/venv/bin:$PATH" MINIO_BIN="$FLOE_CACHE/bin/minio"
 for where in "$FLOE_CACHE" "$test_tmp"; do
   if [ "$(free_gib "$where")" -lt 8 ]; then
