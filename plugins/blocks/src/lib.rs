@@ -47,6 +47,7 @@ mod service;
 pub mod shares;
 mod sketch;
 mod sources;
+mod start;
 mod store;
 mod tap;
 mod target;

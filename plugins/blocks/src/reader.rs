@@ -9,13 +9,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use floe_core::fleet::{Fleet, PeerRef};
 use floe_core::OriginReader;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 pub(crate) use crate::adopt::{adopt, Adopted, Pending};
 use crate::block::{Block, Span};
 use crate::cache::BlockCache;
 use crate::classify::Store;
-use crate::fill::{fill, store_piece, unshared, RunItem, Served, Source};
+use crate::fill::{store_piece, unshared, Served};
 use crate::inflight::{self, Claim, FillError, Slot};
 use crate::store::BlockKey;
 use crate::tap::{ServeError, Sink, Tap};
@@ -319,132 +319,6 @@ impl BlockReader {
                 }
             }
         }
-    }
-
-    /// Claims the blocks after `index` whose fetches continue its own, spawns one ranged GET
-    /// for the run and taps its body. Returns the in-block bytes fetched for `index`.
-    pub(crate) fn start_fill(
-        &mut self,
-        index: u64,
-        key: BlockKey,
-        tx: watch::Sender<Slot>,
-        held: Option<Block>,
-    ) -> Option<(u32, u32)> {
-        self.hint();
-        let Some((from, to)) = self.fetch(index, held.as_ref()) else {
-            let _ = tx.send(held.map(Ok));
-            self.cache.inflight.release(&key);
-            return None;
-        };
-        self.note_touch(index, held.as_ref());
-        let mut run = vec![RunItem {
-            index,
-            key,
-            tx,
-            from,
-            to,
-            held,
-        }];
-        let last = self
-            .block_range()
-            .1
-            .max(self.fill_end.saturating_sub(1) / self.bs())
-            .min(index + self.cache.settings.max_run_blocks - 1);
-        let mut theirs = None;
-        // The run's source, computed once: every block of the run shares it.
-        let source = if self.fleet.is_some() {
-            self.source_of(index)
-        } else {
-            None
-        };
-        for j in index + 1..=last {
-            let kj = self.key(j);
-            let sj = self.store(j);
-            if !self.joins_run(&source, j) || self.cache.contains(&kj, sj) {
-                break;
-            }
-            if sj == Store::Data {
-                self.cache.sketch.touch(kj.stable_hash());
-            }
-            let Some((from, to)) = self.fetch(j, None) else {
-                break;
-            };
-            match self.cache.inflight.claim(&kj) {
-                Claim::Mine(txj) => {
-                    // The response goes on into a block that is not cached: re-fetching the
-                    // cached tail of the previous block costs less than another round trip.
-                    if let Some(prev) = run.last_mut() {
-                        prev.to = self.need(prev.index).0;
-                    }
-                    run.push(RunItem {
-                        index: j,
-                        key: kj,
-                        tx: txj,
-                        from,
-                        to,
-                        held: None,
-                    });
-                }
-                Claim::Theirs(rx) => {
-                    theirs = Some((j, rx));
-                    break;
-                }
-            }
-        }
-        for it in run.iter().skip(1) {
-            self.pending.push_back(Pending {
-                index: it.index,
-                rx: it.tx.subscribe(),
-                own: Some((it.from, it.to)),
-            });
-        }
-        if let Some((index, rx)) = theirs {
-            self.trail.waiting();
-            self.pending.push_back(Pending {
-                index,
-                rx,
-                own: None,
-            });
-        }
-        let bs = self.bs();
-        let first = run.first().map(|it| (it.from, it.to));
-        let end = run.last().map_or(0, |it| it.index * bs + u64::from(it.to));
-        let result = run.first().map(|it| it.tx.subscribe());
-        let (ttx, trx) = mpsc::unbounded_channel();
-        if let (Some((from, _)), Some(result)) = (first, result) {
-            self.tap = Some(Tap::new(trx, index * bs + u64::from(from), end, result));
-        }
-        let report = self.served.is_none().then(|| {
-            let (tx, rx) = oneshot::channel();
-            self.served = Some(rx);
-            tx
-        });
-        let asks = match (&self.only_from, self.owner(index)) {
-            (Some(p), _) => vec![(p.clone(), true)],
-            (None, Some((_, o))) => vec![(o, false)],
-            (None, None) => self.donors(index).into_iter().map(|d| (d, true)).collect(),
-        };
-        let start = index * bs + first.map_or(0, |(from, _)| u64::from(from));
-        let to_origin = if asks.is_empty() { end - start } else { 0 };
-        self.trail.fetching(run.len(), to_origin);
-        let source = Source {
-            origin: self.origin.clone(),
-            fleet: self.fleet.clone(),
-            tally: Some(self.trail.tally()),
-            asks,
-            replica: self.replica,
-            no_origin: self.only_from.is_some(),
-            report,
-        };
-        tokio::spawn(fill(
-            self.cache.clone(),
-            source,
-            self.target.clone(),
-            run,
-            None,
-            Some(ttx),
-        ));
-        first
     }
 
     /// Takes over the fill the resolving GET started, when it covers this response (its
