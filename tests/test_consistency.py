@@ -170,7 +170,7 @@ def test_random_writes_and_reads_through_random_nodes_never_read_the_past(fleet3
                 delete = rnd.random() < 0.25
                 value = None if delete else f"{k}|{next(seq)}|".encode() + os.urandom(rnd.randrange(1000, 400_000))
                 # Listed before it is sent: a read overlapping it may already see it.
-                entry = [time.monotonic(), float("inf"), value]
+                entry = [time.monotonic(), float("inf"), value, nd.name]
                 history[k].append(entry)
                 r = send("DELETE", nd.port, k) if delete else send("PUT", nd.port, k, value)
                 entry[1] = time.monotonic()
@@ -187,7 +187,7 @@ def test_random_writes_and_reads_through_random_nodes_never_read_the_past(fleet3
             assert r.status in (200, 404), (r.status, r.data[:200])
             got = r.data if r.status == 200 else None
             counts["get"] += 1
-            writes = [tuple(w) for w in history[k]]
+            writes = [tuple(w[:3]) for w in history[k]]
             done = [w for w in writes if w[1] < t0]
             allowed = {done[-1][2]} if done else set()
             allowed |= {w[2] for w in writes if w[0] < t1 and w[1] >= t0}
@@ -203,6 +203,12 @@ def test_random_writes_and_reads_through_random_nodes_never_read_the_past(fleet3
     for v in violations[:10]:
         print("  ", v)
     assert counts["put"] > 50 and counts["get"] > 200
+    for k in sorted({v[2] for v in violations}):  # the writes around each stale answer
+        first = min(v[0] for v in violations if v[2] == k) + T0
+        print(f"  writes of {k} near {first - T0:.3f} s (start, end, node, value):")
+        for w in history[k]:
+            if abs(w[0] - first) < 2 or abs(w[1] - first) < 2:
+                print(f"    {w[0] - T0:.3f} {w[1] - T0:.3f} {w[3] if len(w) > 3 else 'origin'} {w[2][:30] if w[2] else None}")
     if violations:  # what the nodes said about forgets they could not deliver, for the report
         for nd in nodes:
             lines = nd.proc.log.read_text(errors="replace").splitlines()

@@ -121,9 +121,14 @@ def test_a_pinned_table_survives_a_scan_follows_a_compaction_and_unpins(stack):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["created"] is True
     docs = wait_kept(stack, "hot", 2)
-    # Every block is kept on its owner alone: the nodes' owned bytes add up to the files'.
+    # Every block is kept on its owner alone: the nodes' owned bytes add up to the files', each
+    # node holds what it owns, and no node holds copies of another's (held bytes are owned
+    # bytes plus entry overhead). Which node owns what is rendezvous hashing of the files'
+    # names: four 2 MiB blocks all land on one node one run in eight, so no node is asserted
+    # to own some (a full suite run failed that way).
     assert sum(d["owned_bytes"] for d in docs) == sum(files.values())
-    assert all(d["owned_bytes"] > 0 for d in docs), docs
+    assert all(d["held_bytes"] >= d["owned_bytes"] for d in docs), docs
+    assert sum(d["held_bytes"] for d in docs) < 1.1 * sum(files.values()), docs
 
     scan_everything_else(stack)
     mark = len(relay.lines)
