@@ -193,12 +193,17 @@ pub async fn tell_fleet(
 }
 
 async fn tell_round(fleet: &Arc<dyn Fleet>, call: &PeerCall, seen: Seen) -> Vec<Arc<str>> {
-    let live = seen.live.into_iter().map(|p| (p, TELL_WAIT));
-    let departed = seen.departed.into_iter().map(|p| (p, DEPARTED_WAIT));
-    let asks = live.chain(departed).map(|(peer, wait)| {
+    let live = seen.live.into_iter().map(|p| (p, TELL_WAIT, true));
+    let departed = seen.departed.into_iter().map(|p| (p, DEPARTED_WAIT, false));
+    let asks = live.chain(departed).map(|(peer, wait, in_view)| {
         let (fleet, call) = (fleet.clone(), call.clone());
         async move {
             let ok = tell_one(&fleet, &peer, call.clone(), wait).await;
+            if !ok && in_view {
+                // The one window in which a member in the view may answer the replaced
+                // version (the attempts within the wait log at debug level only).
+                tracing::warn!(peer = %peer.id, "a member did not confirm a forget within the wait: the write is answered; it is told again in the background");
+            }
             (!ok).then_some((peer, call))
         }
     });
