@@ -123,15 +123,7 @@ impl BlockReader {
         let start = index * bs + first.map_or(0, |(from, _)| u64::from(from));
         let to_origin = if asks.is_empty() { end - start } else { 0 };
         self.trail.fetching(run.len(), to_origin);
-        let source = Source {
-            origin: self.origin.clone(),
-            fleet: self.fleet.clone(),
-            tally: Some(self.trail.tally()),
-            asks,
-            replica: self.replica,
-            no_origin: self.only_from.is_some(),
-            report,
-        };
+        let source = self.source(asks, report);
         tokio::spawn(fill(
             self.cache.clone(),
             source,
@@ -177,15 +169,7 @@ impl BlockReader {
         let asks = self.asks(j);
         let to_origin = if asks.is_empty() { to - from } else { 0 };
         self.trail.fetching(1, u64::from(to_origin));
-        let source = Source {
-            origin: self.origin.clone(),
-            fleet: self.fleet.clone(),
-            tally: Some(self.trail.tally()),
-            asks,
-            replica: self.replica,
-            no_origin: self.only_from.is_some(),
-            report: None,
-        };
+        let source = self.source(asks, None);
         let item = RunItem {
             index: j,
             key,
@@ -202,6 +186,23 @@ impl BlockReader {
             None,
             None,
         ));
+    }
+
+    /// Where a fill this reader starts gets its bytes: `asks` first, then the origin.
+    fn source(
+        &self,
+        asks: Vec<(PeerRef, bool)>,
+        report: Option<oneshot::Sender<crate::fill::Served>>,
+    ) -> Source {
+        Source {
+            origin: self.origin.clone(),
+            fleet: self.fleet.clone(),
+            tally: Some(self.trail.tally()),
+            asks,
+            replica: self.replica,
+            no_origin: self.only_from.is_some(),
+            report,
+        }
     }
 
     /// Who a fill of block `index` asks before the origin: the hand-over's peer, the owner,
