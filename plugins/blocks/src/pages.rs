@@ -115,12 +115,11 @@ pub async fn complete(
         from_disk += u64::from(hi.min(*b).saturating_sub(lo.max(*a)));
         pieces.push(Span { off: *a, bytes });
     }
-    // All pages in one merge: each run of touching pages and spans is copied once.
-    let block = match (held, pieces.len()) {
-        (held, 0) => held,
-        (Some(b), _) => Some(b.merge_all(pieces)),
-        (None, 1) => pieces.pop().map(|piece| Block::of(len, piece)),
-        (None, _) => Some(Block::empty(len).merge_all(pieces)),
+    // All pages in one merge: each run of touching pages and spans is copied once (a lone
+    // page is kept as it is).
+    let block = match (held, pieces.is_empty()) {
+        (held, true) => held,
+        (held, false) => Some(held.unwrap_or_else(|| Block::empty(len)).merge_all(pieces)),
     };
     (block, from_disk)
 }
