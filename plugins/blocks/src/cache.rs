@@ -152,7 +152,7 @@ impl BlockCache {
         run_split: Arc<dyn RunSplit>,
     ) -> Result<Arc<Self>, OpenError> {
         let classifier = Classifier::new(settings.rules.clone())?;
-        crate::pool::BufferPool::shared().set_bound(crate::pool::bound_for(
+        let pool_bound = crate::pool::bound_for(
             settings.data.dram_bytes
                 + settings.meta.dram_bytes
                 + settings
@@ -160,7 +160,8 @@ impl BlockCache {
                     .iter()
                     .map(|s| s.store.dram_bytes)
                     .sum::<usize>(),
-        ));
+        );
+        crate::pool::BufferPool::shared().set_bound(pool_bound);
         // Read before the store opens: a stamp says until when the last run was up.
         let persisted = settings.meta.disk_bytes > 0 && settings.meta.disk_dir.exists();
         let stamp = crate::missed::read_stamp(&settings.meta.disk_dir);
@@ -174,6 +175,9 @@ impl BlockCache {
             settings.block_bytes as usize,
             data_stats.events.clone(),
             None,
+            // The pool's free buffers are the caches' memory too: charged to the data store's
+            // ceiling, as its disk tier's buffers are (`store::side_bytes`).
+            pool_bound,
         )
         .await?;
         let meta = store::open(
@@ -182,6 +186,7 @@ impl BlockCache {
             settings.block_bytes as usize,
             meta_stats.events.clone(),
             Some(&tombs),
+            0,
         )
         .await?;
         let shares = crate::shares::open(&settings.shares, settings.block_bytes as usize).await?;

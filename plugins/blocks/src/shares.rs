@@ -101,8 +101,15 @@ pub async fn open(
     let mut out = Vec::new();
     for s in shares {
         let stats = StoreStats::default();
-        let store =
-            crate::store::open("share", &s.store, block_bytes, stats.events.clone(), None).await?;
+        let store = crate::store::open(
+            "share",
+            &s.store,
+            block_bytes,
+            stats.events.clone(),
+            None,
+            0,
+        )
+        .await?;
         out.push(Share {
             bucket: Arc::from(s.bucket.as_str()),
             store,

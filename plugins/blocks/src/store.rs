@@ -244,6 +244,7 @@ pub async fn open(
     block_bytes: usize,
     events: Arc<StoreEvents>,
     registry: Option<&crate::tombs::TombClock>,
+    reserved: usize,
 ) -> Result<BlockStore, StoreError> {
     let err = |reason: String| StoreError {
         name: name.to_owned(),
@@ -252,7 +253,16 @@ pub async fn open(
     };
     std::fs::create_dir_all(&s.disk_dir).map_err(|e| err(e.to_string()))?;
     if cfg!(target_os = "linux") {
-        match build(name, s, block_bytes, events.clone(), true, registry).await {
+        match build(
+            name,
+            s,
+            block_bytes,
+            events.clone(),
+            (true, reserved),
+            registry,
+        )
+        .await
+        {
             Ok(store) => {
                 events.attach(&store, flush_buffer_bytes(s, block_bytes));
                 return Ok(store);
@@ -262,9 +272,16 @@ pub async fn open(
             }
         }
     }
-    let store = build(name, s, block_bytes, events.clone(), false, registry)
-        .await
-        .map_err(|e| err(e.to_string()))?;
+    let store = build(
+        name,
+        s,
+        block_bytes,
+        events.clone(),
+        (false, reserved),
+        registry,
+    )
+    .await
+    .map_err(|e| err(e.to_string()))?;
     events.attach(&store, flush_buffer_bytes(s, block_bytes));
     Ok(store)
 }
@@ -303,6 +320,30 @@ pub async fn open_kept(
         })
 }
 
+/// What a store with a disk tier holds in memory beside its DRAM entries: foyer's write
+/// buffer and the queue before it (three buffers' worth) and the page writer's queue of pages
+/// of evicted blocks not yet written (four more, see [`StoreEvents::attach`]); none without a
+/// disk tier. Counted inside the store's DRAM ceiling ([`entry_room`]), so the ceiling bounds
+/// the process's memory and not only the entries' (peak RSS went 1.4x over the ceilings with
+/// these beside them: `load/PERFORMANCE.md`, "Memory").
+pub fn side_bytes(s: &StoreSettings, block_bytes: usize) -> usize {
+    if s.disk_bytes == 0 {
+        return 0;
+    }
+    7 * flush_buffer_bytes(s, block_bytes)
+}
+
+/// The DRAM a store's entries may take: its ceiling less [`side_bytes`] and `reserved` (what
+/// else is charged to it: the buffer pool's free buffers, to the data store), half the
+/// ceiling and one block at least (a small ceiling, under the buffers' fixed minimums, still
+/// caches, and exceeds its ceiling by what that leaves).
+pub fn entry_room(s: &StoreSettings, block_bytes: usize, reserved: usize) -> usize {
+    s.dram_bytes
+        .saturating_sub(side_bytes(s, block_bytes) + reserved)
+        .max(s.dram_bytes / 2)
+        .max(block_bytes)
+}
+
 /// foyer's write buffer: its buffers (and the queue before them) hold bytes beside the DRAM
 /// ceiling: a thirty-second of it, 4 MiB to foyer's default 16 MiB (and two of the largest
 /// entry). The page writer's batches fit it ([`crate::page_writer`]).
@@ -318,9 +359,10 @@ async fn build(
     s: &StoreSettings,
     block_bytes: usize,
     events: Arc<StoreEvents>,
-    direct: bool,
+    (direct, reserved): (bool, usize),
     clock: Option<&crate::tombs::TombClock>,
 ) -> foyer::Result<BlockStore> {
+    let room = entry_room(s, block_bytes, reserved);
     let device = FsDeviceBuilder::new(&s.disk_dir).with_capacity(s.disk_bytes);
     #[cfg(target_os = "linux")]
     let device = device.with_direct(direct);
@@ -340,10 +382,10 @@ async fn build(
         .with_policy(HybridCachePolicy::WriteOnEviction)
         .with_flush_on_close(false)
         .with_event_listener(events)
-        .memory(s.dram_bytes)
+        .memory(room)
         // Each shard must hold many blocks, or a block larger than a shard's share is evicted
         // at once: one shard per 64 blocks of DRAM, 1 to 16.
-        .with_shards((s.dram_bytes / (block_bytes * 64)).clamp(1, 16))
+        .with_shards((room / (block_bytes * 64)).clamp(1, 16))
         .with_weighter(weight)
         .storage()
         .with_io_engine_config(PsyncIoEngineConfig::new())

@@ -37,7 +37,7 @@ async fn store(dir: &std::path::Path) -> (BlockStore, Arc<StoreEvents>) {
         disk_bytes: 64 * MIB,
         write_every_insert: false,
     };
-    let st = store::open("data", &s, MIB, events.clone(), None)
+    let st = store::open("data", &s, MIB, events.clone(), None, 0)
         .await
         .unwrap();
     (st, events)
@@ -114,4 +114,44 @@ async fn a_replaced_blocks_buffer_returns() {
     assert_eq!(pool.free_bytes(), 256 << 10);
     let got = st.get(&key(0)).await.unwrap().unwrap();
     assert_eq!(got.value().held(), 512 << 10);
+}
+
+/// A store's ceiling holds its disk tier's buffers and what is charged to it (the pool's free
+/// buffers) beside its DRAM entries; a ceiling under the buffers' fixed minimums keeps half for
+/// entries.
+#[tokio::test]
+async fn a_stores_entries_and_its_buffers_fit_its_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = |dram_bytes: usize, name: &str| StoreSettings {
+        dram_bytes,
+        disk_dir: dir.path().join(name),
+        disk_bytes: 64 * MIB,
+        write_every_insert: false,
+    };
+    let big = settings(256 * MIB, "big");
+    let reserved = 8 * MIB;
+    let events = Arc::new(StoreEvents::default());
+    let st = store::open("data", &big, 2 * MIB, events, None, reserved)
+        .await
+        .unwrap();
+    let side = store::side_bytes(&big, 2 * MIB);
+    assert!(
+        side >= 7 * 4 * MIB,
+        "three write buffers and the page queue: {side}"
+    );
+    let room = st.memory().capacity();
+    assert!(
+        room + side + reserved <= 256 * MIB,
+        "{room} + {side} + {reserved}"
+    );
+    assert!(
+        room + side + reserved > 256 * MIB - MIB,
+        "{room}: the rest is for entries"
+    );
+    let small = settings(16 * MIB, "small");
+    let events = Arc::new(StoreEvents::default());
+    let st = store::open("data", &small, 2 * MIB, events, None, reserved)
+        .await
+        .unwrap();
+    assert_eq!(st.memory().capacity(), 8 * MIB);
 }

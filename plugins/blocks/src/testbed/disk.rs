@@ -190,7 +190,7 @@ async fn a_burst_of_blocks_larger_than_foyers_write_buffer_reaches_the_disk_whol
         disk_bytes: 256 * MIB,
         write_every_insert: false,
     };
-    let st = store::open("data", &s, MIB, events.clone(), None)
+    let st = store::open("data", &s, MIB, events.clone(), None, 0)
         .await
         .unwrap();
     let key = |index: u64| BlockKey {
