@@ -167,6 +167,19 @@ def make_parquet_set(s3, files, size):
     return [(k, sizes[k]) for k in keys]
 
 
+def make_filler(s3, files, size):
+    """Objects that fill a proxy's DRAM before a "DRAM full" row: random bytes (no reads of
+    the measured set touch them)."""
+    have = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="filler/").get("Contents", [])}
+    keys = []
+    for i in range(files):
+        k = f"filler/{i:03d}.bin"
+        keys.append((k, size))
+        if have.get(k) != size:
+            s3.put_object(Bucket=BUCKET, Key=k, Body=os.urandom(size))
+    return keys
+
+
 def make_tpch(s3, sf):
     import duckdb
     import duckdb_extension_tpch
@@ -416,6 +429,22 @@ class Targets:
         setattr(self, which, start_nginx(self.origin) if which == "nginx" else start_floe(self.origin))
         return getattr(self, which)
 
+    def full(self, filler):
+        """A fresh Floe whose DRAM is first filled with other objects (`filler`, read whole):
+        the steady state of a long-running cache, where a fill takes the buffers of the blocks
+        it evicts instead of memory the process never touched before."""
+        old = self.floe
+        if old:
+            old.stop()
+        # The filler exceeds the DRAM (a --quick run's filler is smaller than bench Floe's 3 GiB).
+        self.floe = start_floe(self.origin, data_dram=min(3 << 30, sum(sz for _, sz in filler) * 7 // 8))
+        floe = self.floe
+        run_once(floe.port, [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in filler for a in range(0, sz, 8 * MiB)], 8)
+        s = floe_stats(floe)["data"]
+        print(f"  DRAM filled: {s['dram_usage_bytes'] / MiB:.0f} of {s['dram_capacity_bytes'] / MiB:.0f} MiB,"
+              f" {s['evictions']} evictions", flush=True)
+        return floe
+
     def stop(self):
         for p in (self.nginx, self.floe):
             if p:
@@ -446,7 +475,7 @@ def ranges(rnd, objs, size, n):
     return [(k, a, a + size - 1) for k, sz in (rnd.choice(objs) for _ in range(n)) for a in [rnd.randrange(0, sz - size)]]
 
 
-def pass_rows(t, minio_procs, objs, p, results):
+def pass_rows(t, minio_procs, objs, p, results, filler=None):
     """One pass of every row: per read size and client count, direct, nginx cold and warm,
     Floe cold and warm; each cold row on an empty cache, each warm row on what its cold row
     left, cycling the requests that row made."""
@@ -466,6 +495,9 @@ def pass_rows(t, minio_procs, objs, p, results):
                 if clients == 16:
                     made = reqs[:cold["requests"]]
                     rows.append(measure(f"{kind} warm", proxy.port, made, clients, minio_procs, proxy, floe, cycle=True))
+            if clients == 16 and filler:
+                floe = t.full(filler)
+                rows.append(measure("floe cold full", floe.port, reqs, clients, minio_procs, floe, floe))
             for r in rows:
                 results.setdefault((wl, clients, r["label"]), []).append(r)
 
@@ -525,13 +557,15 @@ def main():
             for m in (memory_run(t, objs, os.environ.get("FLOE_MEMORY_TUNABLES") or None),):
                 print(json.dumps(m), flush=True)
             return
+        # 3 GiB: more than the data store's DRAM (bench Floe's 3 GiB less its buffers).
+        filler = make_filler(s3, 24, 128 * MiB) if not args.quick else make_filler(s3, 4, 64 * MiB)
         # One untimed direct read of the whole set: MinIO's page cache is then warm for every
         # target alike (a first pass is otherwise slower for whichever target runs first).
         run_once(origin, [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in objs for a in range(0, sz, 8 * MiB)], 8)
         t = Targets(origin)
         results = {}
         for p in range(PASSES):
-            pass_rows(t, [minio, toxi], objs, p, results)
+            pass_rows(t, [minio, toxi], objs, p, results, filler)
         profiles = {}
         if shutil.which("perf"):
             for wl, size in (("1MiB", MiB), ("64KiB", 64 << 10)):
@@ -623,6 +657,17 @@ def targets(results, waves, memory):
         ratio = med(f, lambda r: r["mib_s"]) / med(n, lambda r: r["mib_s"])
         out.append(f"- Cold small reads, 64 KiB, {c} clients: Floe cold {ratio:.2f}x nginx cold throughput"
                    f" (target >= 1): {verdict(ratio >= 1.0)}")
+    for wl in ("1MiB", "64KiB"):
+        n = g(wl, 16, "nginx cold")
+        for label, what in (("floe cold", "a fresh proxy"), ("floe cold full", "DRAM first filled with other objects")):
+            f = g(wl, 16, label)
+            if not f:
+                continue
+            cost = med(f, cpu_per_gib) / med(n, cpu_per_gib)
+            speed = med(f, lambda r: r["mib_s"]) / med(n, lambda r: r["mib_s"])
+            out.append(f"- Cold, {wl}, 16 clients, {what} (issue 24): CPU per GiB served {cost:.2f}x nginx's"
+                       f" (target <= 1x, stretch 0.8x): {verdict(cost <= 1.0)}; throughput {speed:.2f}x nginx's"
+                       f" (target >= 1x): {verdict(speed >= 1.0)}")
     tot = {l: sum(v["s"] for v in w.values()) for l, w in waves.items()}
     worse = [q for q in TPCH_QUERIES if waves["floe cold"][q]["s"] > waves["direct"][q]["s"]
              or waves["floe cold"][q]["origin_requests"] > waves["direct"][q]["origin_requests"]]
@@ -675,7 +720,7 @@ def write_report(results, waves, args, files, fsize, sf, profiles, memory, hinte
                   "| clients | target | MiB/s | p50 ms | p99 ms | requests | CPU s origin side | proxy CPU s per GiB | origin/served |",
                   "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
         for c in (1, 4, 16):
-            for label in ("direct", "nginx cold", "nginx warm", "floe cold", "floe warm"):
+            for label in ("direct", "nginx cold", "nginx warm", "floe cold", "floe warm", "floe cold full"):
                 rows = results.get((wl, c, label))
                 if not rows:
                     continue
