@@ -112,12 +112,12 @@ impl StoreEvents {
         // A batch is half of foyer's write buffer (records and tombstones share it). The queue
         // holds four buffers' worth (16-64 MiB): bursts of evictions or stored blocks wait,
         // not drop. What it holds of blocks still in DRAM costs nothing more; of evicted ones,
-        // memory beside the DRAM ceiling until written (the disk writes far faster than fills).
+        // memory until written, counted inside the DRAM ceiling ([`side_bytes`]).
         let queue = PageQueue::start(
             store.clone(),
             self.pages.clone(),
             buffer_bytes / 2,
-            4 * buffer_bytes,
+            PAGE_QUEUE_BUFFERS * buffer_bytes,
         );
         if let Ok(mut w) = self.writer.write() {
             *w = Some((store.clone(), queue));
@@ -320,17 +320,21 @@ pub async fn open_kept(
         })
 }
 
+/// The page writer's queue, in write buffers ([`StoreEvents::attach`]).
+const PAGE_QUEUE_BUFFERS: usize = 4;
+/// foyer's submit queue before its write buffer, in write buffers.
+const SUBMIT_QUEUE_BUFFERS: usize = 2;
+
 /// What a store with a disk tier holds in memory beside its DRAM entries: foyer's write
-/// buffer and the queue before it (three buffers' worth) and the page writer's queue of pages
-/// of evicted blocks not yet written (four more, see [`StoreEvents::attach`]); none without a
-/// disk tier. Counted inside the store's DRAM ceiling ([`entry_room`]), so the ceiling bounds
+/// buffer and the queue before it, and the page writer's queue of pages of evicted blocks not
+/// yet written; none without a disk tier. Counted inside the store's DRAM ceiling ([`entry_room`]), so the ceiling bounds
 /// the process's memory and not only the entries' (peak RSS went 1.4x over the ceilings with
 /// these beside them: `load/PERFORMANCE.md`, "Memory").
 pub fn side_bytes(s: &StoreSettings, block_bytes: usize) -> usize {
     if s.disk_bytes == 0 {
         return 0;
     }
-    7 * flush_buffer_bytes(s, block_bytes)
+    (1 + SUBMIT_QUEUE_BUFFERS + PAGE_QUEUE_BUFFERS) * flush_buffer_bytes(s, block_bytes)
 }
 
 /// The DRAM a store's entries may take: its ceiling less [`side_bytes`] and `reserved` (what
@@ -344,8 +348,8 @@ pub fn entry_room(s: &StoreSettings, block_bytes: usize, reserved: usize) -> usi
         .max(block_bytes)
 }
 
-/// foyer's write buffer: its buffers (and the queue before them) hold bytes beside the DRAM
-/// ceiling: a thirty-second of it, 4 MiB to foyer's default 16 MiB (and two of the largest
+/// foyer's write buffer (its buffers and the queue before them are counted inside the DRAM
+/// ceiling, [`side_bytes`]): a thirty-second of the ceiling, 4 MiB to foyer's default 16 MiB (and two of the largest
 /// entry). The page writer's batches fit it ([`crate::page_writer`]).
 fn flush_buffer_bytes(s: &StoreSettings, block_bytes: usize) -> usize {
     let largest = crate::pages::page_bytes(block_bytes as u32) as usize;
@@ -395,7 +399,7 @@ async fn build(
             BlockEngineConfig::new(device.build()?)
                 .with_block_size(REGION_BYTES)
                 .with_buffer_pool_size(flush_buffer)
-                .with_submit_queue_size_threshold(2 * flush_buffer)
+                .with_submit_queue_size_threshold(SUBMIT_QUEUE_BUFFERS * flush_buffer)
                 .with_tombstone_log(true),
         )
         .with_recover_mode(RecoverMode::Quiet)
