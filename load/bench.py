@@ -431,15 +431,14 @@ class Targets:
 
     def full(self, filler):
         """A fresh Floe whose DRAM is first filled with other objects (`filler`, read whole):
-        the steady state of a long-running cache, where a fill takes the buffers of the blocks
-        it evicts instead of memory the process never touched before."""
+        the steady state of a long-running cache, where every fill evicts."""
         old = self.floe
         if old:
             old.stop()
         # The filler exceeds the DRAM (a --quick run's filler is smaller than bench Floe's 3 GiB).
         self.floe = start_floe(self.origin, data_dram=min(3 << 30, sum(sz for _, sz in filler) * 7 // 8))
         floe = self.floe
-        run_once(floe.port, [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in filler for a in range(0, sz, 8 * MiB)], 8)
+        run_once(floe.port, whole_reads(filler), 8)
         s = floe_stats(floe)["data"]
         print(f"  DRAM filled: {s['dram_usage_bytes'] / MiB:.0f} of {s['dram_capacity_bytes'] / MiB:.0f} MiB,"
               f" {s['evictions']} evictions", flush=True)
@@ -469,6 +468,11 @@ def measure(label, port, reqs, clients, procs, proxy=None, floe=None, cycle=Fals
     print(f"  {label:<11} {clients:>2} clients: {res['mib_s']:8.1f} MiB/s p50 {res['p50_ms']:6.1f} ms"
           f" p99 {res['p99_ms']:6.1f} ms ({res['requests']} requests)", flush=True)
     return res
+
+
+def whole_reads(objs):
+    """Every byte of `objs` as 8 MiB ranged GETs."""
+    return [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in objs for a in range(0, sz, 8 * MiB)]
 
 
 def ranges(rnd, objs, size, n):
@@ -561,7 +565,7 @@ def main():
         filler = make_filler(s3, 24, 128 * MiB) if not args.quick else make_filler(s3, 4, 64 * MiB)
         # One untimed direct read of the whole set: MinIO's page cache is then warm for every
         # target alike (a first pass is otherwise slower for whichever target runs first).
-        run_once(origin, [(k, a, min(a + 8 * MiB, sz) - 1) for k, sz in objs for a in range(0, sz, 8 * MiB)], 8)
+        run_once(origin, whole_reads(objs), 8)
         t = Targets(origin)
         results = {}
         for p in range(PASSES):
