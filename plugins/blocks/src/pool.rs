@@ -12,6 +12,12 @@
 //! class, with a byte bound on what it keeps: the object-pool crates keep one size, or hand
 //! out guards, not `Bytes`.
 //!
+//! Range fills and span merges ask for every size, so a fill whose class has no free buffer
+//! takes one of the smallest larger class that has, cut to its class (the allocator shrinks it
+//! in place), and a pool at its bound frees smaller buffers to keep a larger one. With exact
+//! classes only, most fills into a full DRAM missed (each miss fresh pages to zero) while the
+//! pool, full of sizes nobody asked for, freed what evictions gave back.
+//!
 //! Classes: 16 KiB steps up to 128 KiB, then eight steps per doubling (a buffer is at most
 //! 12.5% larger than what it holds). The store weighs a block by its buffers' capacity
 //! ([`footprint`]), so the DRAM ceilings hold in RSS too. Buffers under [`MIN_POOLED`] bytes
@@ -141,11 +147,14 @@ impl BufferPool {
                 pool: None,
             };
         };
-        let vec = match self.classes[class].pop() {
-            Some(mut v) => {
-                self.free_bytes.fetch_sub(cap, Ordering::Relaxed);
+        let vec = match self.pop_at_least(class) {
+            Some((mut v, held)) => {
+                self.free_bytes.fetch_sub(held, Ordering::Relaxed);
                 self.stats.reused.fetch_add(1, Ordering::Relaxed);
                 v.clear();
+                // A larger class's buffer is cut to this class: the allocator shrinks it in
+                // place (its pages stay mapped) and keeps the tail for its next allocation.
+                v.shrink_to(cap);
                 v
             }
             None => {
@@ -159,12 +168,37 @@ impl BufferPool {
         }
     }
 
+    /// A free buffer of `class`, or else of the smallest larger class that has one, with its
+    /// capacity.
+    fn pop_at_least(&self, class: usize) -> Option<(Vec<u8>, usize)> {
+        (class..CLASSES).find_map(|c| self.classes[c].pop().map(|v| (v, class_cap(c))))
+    }
+
+    /// At the bound, frees buffers of classes below `class`, smallest first, until `cap`
+    /// more bytes fit: a larger buffer can serve any smaller fill, a smaller one no larger.
+    fn make_room_below(&self, class: usize, cap: usize) {
+        let bound = self.bound.load(Ordering::Relaxed);
+        let mut smaller = 0;
+        while smaller < class && self.free_bytes.load(Ordering::Relaxed) + cap > bound {
+            match self.classes[smaller].pop() {
+                Some(freed) => {
+                    self.free_bytes
+                        .fetch_sub(class_cap(smaller), Ordering::Relaxed);
+                    self.stats.freed.fetch_add(1, Ordering::Relaxed);
+                    drop(freed);
+                }
+                None => smaller += 1,
+            }
+        }
+    }
+
     /// Takes a buffer back (the last `Bytes` of it dropped): kept under the bound, else freed.
     fn give_back(&self, vec: Vec<u8>) {
         let Some((class, cap)) = class_of(vec.capacity()).filter(|(_, c)| *c == vec.capacity())
         else {
             return;
         };
+        self.make_room_below(class, cap);
         let kept = self.free_bytes.fetch_add(cap, Ordering::Relaxed) + cap
             <= self.bound.load(Ordering::Relaxed)
             && self.classes[class].push(vec).is_ok();

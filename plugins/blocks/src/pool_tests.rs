@@ -87,6 +87,47 @@ fn the_pool_keeps_no_more_than_its_bound() {
 }
 
 #[test]
+fn a_fill_whose_class_is_empty_takes_a_larger_free_buffer_cut_to_its_class() {
+    let p = pool(64 * MIB);
+    drop(filled(&p, 2 * MIB, 1));
+    let (_, cap) = class_of(700_000).unwrap();
+    let b = filled(&p, 700_000, 2);
+    assert_eq!(p.stats.reused.load(Relaxed), 1);
+    assert_eq!(
+        p.stats.fresh.load(Relaxed),
+        1,
+        "only the first buffer was new"
+    );
+    assert!(b.iter().all(|x| *x == 2));
+    drop(b);
+    assert_eq!(
+        p.free_bytes(),
+        cap,
+        "it came back as its new class, weighed as such"
+    );
+    drop(filled(&p, 2 * MIB, 3));
+    assert_eq!(
+        p.stats.fresh.load(Relaxed),
+        2,
+        "a smaller free buffer never serves a larger fill"
+    );
+}
+
+#[test]
+fn at_its_bound_the_pool_frees_smaller_buffers_to_keep_a_larger_one() {
+    let p = pool(2 * MIB);
+    let small: Vec<Bytes> = (0..4).map(|i| filled(&p, 256 << 10, i)).collect();
+    drop(small);
+    assert_eq!(p.free_bytes(), MIB);
+    drop(filled(&p, 2 * MIB, 9));
+    assert_eq!(p.free_bytes(), 2 * MIB, "the four small ones made room");
+    assert_eq!(p.stats.freed.load(Relaxed), 4);
+    drop(filled(&p, 256 << 10, 1));
+    assert_eq!(p.stats.reused.load(Relaxed), 1, "the large one served it");
+    assert_eq!(p.free_bytes(), 256 << 10);
+}
+
+#[test]
 fn an_abandoned_fill_gives_its_buffer_back() {
     let p = pool(64 * MIB);
     let mut f = p.take(MIB);
