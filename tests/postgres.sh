@@ -29,6 +29,7 @@ case "$cmd" in
     echo "postgres://floe@127.0.0.1:$port/postgres"
     ;;
   stop)
+    [ -f "$dir/real" ] || exit 0   # never started (FLOE_PYTEST_ONLY=1)
     dir="$(cat "$dir/real")"
     as_pg "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
     case "$dir" in /tmp/floe-pg.*) rm -rf "$dir" ;; esac

@@ -9,4 +9,5 @@ export FLOE_CACHE="${FLOE_CACHE:-$HOME/.cache/floe}"
 PY="$FLOE_CACHE/venv/bin/python"
 [ -x "$PY" ] || python3 -m venv "$FLOE_CACHE/venv"
 "$PY" -c "import pyspark" 2>/dev/null || "$PY" -m pip install -q 'pyspark==4.1.4'
-FLOE_SPARK=1 exec tests/run.sh -k test_spark "$@"
+# The Rust tests ran in the default suite (tests/run.sh) already.
+FLOE_SPARK=1 FLOE_PYTEST_ONLY=1 exec tests/run.sh -k test_spark "$@"

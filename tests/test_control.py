@@ -14,11 +14,10 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from conftest import (complete_lines, ADMIN_TOKEN, BUCKET, CLIENT, ORIGIN_KEY, ORIGIN_SECRET, TARGET, Proc,
+from conftest import (complete_lines, ADMIN_TOKEN, BUCKET, CLIENT, CONTROL_BIN, ORIGIN_KEY, ORIGIN_SECRET, Proc,
                       free_port, start_cached_floe)
 from relay import Relay
 
-CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
 NS = "ctl"
 
 

@@ -8,12 +8,11 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import CACHE, FLOE_BIN, TARGET
+from conftest import CACHE, CONTROL_BIN, FLOE_BIN
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "floe"
 HELM = CACHE / "bin" / "helm"
-CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm is installed by tests/run.sh")
 
 

@@ -19,11 +19,10 @@ import urllib.request
 
 import pytest
 
-from conftest import complete_lines, TARGET, Proc, free_port
+from conftest import complete_lines, CONTROL_BIN, Proc, free_port
 from fleet import wait_until
 from test_dashboard import check, queries, scrape
 
-CONTROL_BIN = pathlib.Path(os.environ.get("FLOE_CONTROL_BIN", TARGET / "debug" / "floe-control"))
 HERE = pathlib.Path(__file__).parent
 WORKER = HERE / "sched_worker.py"
 
