@@ -327,9 +327,10 @@ const SUBMIT_QUEUE_BUFFERS: usize = 2;
 
 /// What a store with a disk tier holds in memory beside its DRAM entries: foyer's write
 /// buffer and the queue before it, and the page writer's queue of pages of evicted blocks not
-/// yet written; none without a disk tier. Counted inside the store's DRAM ceiling ([`entry_room`]), so the ceiling bounds
-/// the process's memory and not only the entries' (peak RSS went 1.4x over the ceilings with
-/// these beside them: `load/PERFORMANCE.md`, "Memory").
+/// yet written; none without a disk tier. Counted inside the store's DRAM ceiling
+/// ([`entry_room`]), so the ceiling bounds the process's memory and not only the entries'
+/// (peak RSS went 1.4x over the ceilings with these beside them: `load/PERFORMANCE.md`,
+/// "Memory").
 pub fn side_bytes(s: &StoreSettings, block_bytes: usize) -> usize {
     if s.disk_bytes == 0 {
         return 0;
@@ -349,8 +350,8 @@ pub fn entry_room(s: &StoreSettings, block_bytes: usize, reserved: usize) -> usi
 }
 
 /// foyer's write buffer (its buffers and the queue before them are counted inside the DRAM
-/// ceiling, [`side_bytes`]): a thirty-second of the ceiling, 4 MiB to foyer's default 16 MiB (and two of the largest
-/// entry). The page writer's batches fit it ([`crate::page_writer`]).
+/// ceiling, [`side_bytes`]): a thirty-second of the ceiling, 4 MiB to foyer's default 16 MiB
+/// (and two of the largest entry). The page writer's batches fit it ([`crate::page_writer`]).
 fn flush_buffer_bytes(s: &StoreSettings, block_bytes: usize) -> usize {
     let largest = crate::pages::page_bytes(block_bytes as u32) as usize;
     (s.dram_bytes / 32)
