@@ -59,13 +59,12 @@ if [ "$(free_gib "$FLOE_CACHE")" -lt "$need_gib" ]; then
   echo "less than $need_gib GiB free under $FLOE_CACHE: removing $CARGO_TARGET_DIR/debug/incremental"
   rm -rf "$CARGO_TARGET_DIR/debug/incremental"
 fi
-# The suite runs the release binaries, as users do (tests/conftest.py; FLOE_BUILD=debug runs a
-# debug build): CI builds them first for the image check, and its CPU-bound tests take half the
-# time they take on a debug build.
-cargo build --release --locked --bin floe-proxy --bin floe-control
+# The suite runs the debug binaries (tests/conftest.py; FLOE_BUILD=release runs the release
+# ones, which CI builds for the image check).
+cargo build --bin floe-proxy --bin floe-control
 # Cargo leaves a binary whose crates did not change as it was; it is current, so conftest's
 # check (a binary older than any source) must not warn about it.
-touch "$CARGO_TARGET_DIR/release/floe-proxy" "$CARGO_TARGET_DIR/release/floe-control"
+touch "$CARGO_TARGET_DIR/debug/floe-proxy" "$CARGO_TARGET_DIR/debug/floe-control"
 # A PostgreSQL server (Debian's package) for the scheduler queue's Rust tests; the Python
 # scheduler tests start their own.
 pg_dir="$(mktemp -d)"

@@ -44,7 +44,7 @@ cache:
   data: {dram_bytes: 67108864, disk_bytes: 268435456}
   metadata: {dram_bytes: 33554432, disk_bytes: 67108864}
 YAML
-S3T_K=$key S3T_S=$secret "$CARGO_TARGET_DIR/release/floe-proxy" --config "$OUT/floe.yaml" \
+S3T_K=$key S3T_S=$secret "$CARGO_TARGET_DIR/debug/floe-proxy" --config "$OUT/floe.yaml" \
   >"$OUT/floe.log" 2>&1 &
 floe_pid=$!
 trap 'kill $minio_pid $floe_pid 2>/dev/null || true' EXIT
