@@ -266,6 +266,9 @@ def test_the_control_plane_follows_the_fleet(stack, relay, tmp_path):
         t = w.create_table(f"{NS}.fleetwarm", schema=batch(0, 1).schema)
         t.append(batch(0, 5_000))
         c.wait_warm(f"{NS}.fleetwarm", t.current_snapshot().snapshot_id)
+        # The module's own floe-control follows this table too and warms it on the stack's node
+        # through the same relay: once it is done, every origin request below is node 1's.
+        stack["ctl"].wait_warm(f"{NS}.fleetwarm", t.current_snapshot().snapshot_id)
         held = [nd.admin("GET", "/stats")["metadata"]["dram_entries"] for nd in nodes]
         assert held[0] > 0 and held[1] == held[0], held
         mark = len(relay.lines)

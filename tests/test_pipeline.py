@@ -173,9 +173,12 @@ def test_a_run_killed_at_any_point_of_a_commit_and_dispatched_again_leaves_one_c
         log = wait_until("the run log holds every attempt",
                          lambda: (lambda l: len(l) >= 4 and l)(run_log(cat, "kill-after-commit")), 30)
         events = sorted((r["attempt"], r["event"], r["skipped"]) for r in log)
-        assert events == [(1, "start", None), (2, "commit", True), (2, "end", None), (2, "start", None)], events
+        # On a mismatch, the messages say why (an `error` event carries the traceback).
+        said = [(r["attempt"], r["event"], r["message"]) for r in log]
+        assert events == [(1, "start", None), (2, "commit", True), (2, "end", None), (2, "start", None)], said
         log = run_log(cat, "kill-before-commit")
-        assert sorted((r["attempt"], r["event"]) for r in log) == [(1, "start"), (2, "commit"), (2, "end"), (2, "start")]
+        said = [(r["attempt"], r["event"], r["message"]) for r in log]
+        assert sorted((r["attempt"], r["event"]) for r in log) == [(1, "start"), (2, "commit"), (2, "end"), (2, "start")], said
         commit = [r for r in log if r["event"] == "commit"][0]
         assert commit["rows"] == 10 and commit["skipped"] is False and commit["table_name"] == "out.kill_before_commit"
     finally:

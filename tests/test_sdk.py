@@ -79,6 +79,32 @@ def test_an_attempt_that_loses_the_commit_race_to_another_finds_its_key_and_skip
     assert keyed(catalog, "db.out") == ["dep/job-1/1"]
 
 
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_commit_whose_outcome_the_catalog_lost_is_made_once(catalog, monkeypatch, landed):
+    """A 5xx on commit (PyIceberg's CommitStateUnknownException): the SDK reloads and looks for
+    its key. Landed, the commit is this attempt's and is not made again; not landed, it is made."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+    from pyiceberg.table import Transaction
+
+    real = Transaction.commit_transaction
+    calls = []
+
+    def unknown(tx):
+        calls.append(tx)
+        if len(calls) == 1:
+            if landed:
+                real(tx)
+            raise CommitStateUnknownException("500: the catalog's store is locked")
+        return real(tx)
+
+    monkeypatch.setattr(Transaction, "commit_transaction", unknown)
+    result = ctx(catalog).append("db.out", ROWS)
+    assert len(calls) == (1 if landed else 2)
+    assert not result.skipped and result.snapshot_id is not None
+    assert keyed(catalog, "db.out") == ["dep/job-1/1"]
+    assert catalog.load_table("db.out").scan().to_arrow().num_rows == 3
+
+
 def test_the_interval_and_outputs_come_from_the_event_and_the_deployment(catalog):
     c = ctx(catalog)
     assert c.interval.start.isoformat() == "2026-12-01T00:00:00+00:00"

@@ -10,6 +10,10 @@ Two attempts racing (a run whose lease was lost, still alive for a moment) are s
 catalog: each commit asserts the snapshot it read, so the loser's commit fails, it reloads,
 finds the winner's key and skips.
 
+A commit whose outcome the catalog could not report (a 5xx or a lost response:
+``CommitStateUnknownException``) is settled the same way: reload, look for the key. Found, it
+was this attempt's commit; not found, it did not happen and is made again.
+
 Keys live as long as their snapshots: expire snapshots later than any run can be retried.
 """
 from __future__ import annotations
@@ -71,6 +75,12 @@ def as_arrow(rows, tbl) -> pa.Table:
     return pa.Table.from_pylist(list(rows))
 
 
+def _made_by(tbl, snapshot_id: int) -> str | None:
+    """The ``floe.attempt`` that made snapshot ``snapshot_id`` of ``tbl``."""
+    snap = tbl.metadata.snapshot_by_id(snapshot_id)
+    return snap.summary["floe.attempt"] if snap is not None and snap.summary is not None else None
+
+
 def _load_or_create(catalog, table: str, schema: pa.Schema | None):
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -100,7 +110,7 @@ def _without_retries(tbl):
 def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: int) -> CommitResult:
     """Commits ``rows`` to ``table`` under this run's key number ``sequence``, unless the table
     already holds that key. A missing table is created with the rows' schema."""
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     key = ctx.idempotency_key(sequence)
     if not isinstance(rows, pa.Table):
@@ -114,9 +124,11 @@ def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: in
         tbl.refresh()
         found = find_key(tbl, key)
         if found is not None:
-            ctx.log.info("commit %s to %s: already made by an earlier attempt (snapshot %s)",
-                         key, table, found)
-            return CommitResult(table, kind, sequence, key, data.num_rows, found, True, str(data.schema))
+            mine = _made_by(tbl, found) == str(ctx.attempt)
+            ctx.log.info("commit %s to %s: made by %s (snapshot %s)", key, table,
+                         "this attempt" if mine else "an earlier attempt", found)
+            return CommitResult(table, kind, sequence, key, data.num_rows, found, not mine,
+                                str(data.schema))
         kill_point(ctx, "before-write", sequence)
         tx = _without_retries(tbl).transaction()
         if kind == "append":
@@ -132,8 +144,14 @@ def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: in
             ctx.log.info("commit %s to %s lost a race (%s); reloading", key, table, e)
             time.sleep(random.uniform(0.05, 0.3))  # backing off a contended table
             continue
+        except CommitStateUnknownException as e:
+            # The reload above settles it: the key is there (this commit landed) or it is not.
+            ctx.log.warning("commit %s to %s: the catalog did not say whether it landed (%s); "
+                            "reloading", key, table, e)
+            time.sleep(random.uniform(0.05, 0.3))  # backing off a catalog in trouble
+            continue
         kill_point(ctx, "after-commit", sequence)
         snap = tbl.current_snapshot()
         return CommitResult(table, kind, sequence, key, data.num_rows,
                             snap.snapshot_id if snap else None, False, str(data.schema))
-    raise RuntimeError(f"commit {key} to {table}: lost the race {COMMIT_TRIES} times")
+    raise RuntimeError(f"commit {key} to {table}: not made in {COMMIT_TRIES} tries (lost races or unknown outcomes)")

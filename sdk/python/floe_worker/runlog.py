@@ -155,11 +155,12 @@ def _try_lock(path: pathlib.Path):
 
 def _append_once(tbl, data: pa.Table, key: str) -> None:
     """Appends ``data`` under ``key`` unless the table holds it; retries lost races (every run
-    flushes into the same table)."""
+    flushes into the same table) and commits whose outcome the catalog did not report (the
+    reload finds the key if it landed)."""
     import random
     import time
 
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     from .commits import COMMIT_TRIES, IDEMPOTENCY_KEY, find_key
 
@@ -170,6 +171,6 @@ def _append_once(tbl, data: pa.Table, key: str) -> None:
         try:
             tbl.append(data, snapshot_properties={IDEMPOTENCY_KEY: key})
             return
-        except CommitFailedException:
+        except (CommitFailedException, CommitStateUnknownException):
             time.sleep(random.uniform(0.05, 0.3))  # backing off a contended table
-    raise RuntimeError(f"run log: lost the race for the table {COMMIT_TRIES} times")
+    raise RuntimeError(f"run log: not appended in {COMMIT_TRIES} tries (lost races or unknown outcomes)")
