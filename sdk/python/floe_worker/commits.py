@@ -28,6 +28,8 @@ from typing import Any
 import pyarrow as pa
 
 IDEMPOTENCY_KEY = "floe.idempotency-key"
+#: The snapshot summary property naming the attempt that made a commit.
+ATTEMPT = "floe.attempt"
 #: Attempts at one commit when other writers keep winning the race for the table.
 COMMIT_TRIES = 8
 
@@ -78,7 +80,7 @@ def as_arrow(rows, tbl) -> pa.Table:
 def _made_by(tbl, snapshot_id: int) -> str | None:
     """The ``floe.attempt`` that made snapshot ``snapshot_id`` of ``tbl``."""
     snap = tbl.metadata.snapshot_by_id(snapshot_id)
-    return snap.summary["floe.attempt"] if snap is not None and snap.summary is not None else None
+    return snap.summary[ATTEMPT] if snap is not None and snap.summary is not None else None
 
 
 def _load_or_create(catalog, table: str, schema: pa.Schema | None):
@@ -119,7 +121,7 @@ def commit(ctx, kind: str, table: str, rows, overwrite_filter: Any, sequence: in
     tbl = _load_or_create(ctx.catalog, table, given.schema)
     data = as_arrow(rows, tbl)
     props = {IDEMPOTENCY_KEY: key, "floe.deployment": ctx.deployment, "floe.run-id": ctx.run_id,
-             "floe.attempt": str(ctx.attempt)}
+             ATTEMPT: str(ctx.attempt)}
     for _ in range(COMMIT_TRIES):
         tbl.refresh()
         found = find_key(tbl, key)
