@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -138,6 +139,36 @@ def run_log(cat, deployment):
 def loading(source, id, start, end):
     return {"specversion": "1.0", "id": id, "source": source, "type": "com.example.load",
             "intervalstart": start, "intervalend": end, "logicaldate": start}
+
+
+def test_workers_starting_together_all_create_their_tables_in_one_new_namespace(lake):
+    """Workers dispatched together create their output tables' namespace together. The REST
+    catalog answers the losers of that race with a 500 (its JDBC store fails the duplicate
+    INSERT), not a 409; each must still get its table (seen failing a kill test's first attempt
+    in CI before the SDK settled it)."""
+    from floe_worker.commits import _load_or_create
+
+    schema = pa.schema([("id", pa.int64())])
+    for round_ in range(3):
+        catalogs = [iceberg(lake["rest_port"], lake["floe"].port, *CLIENT) for _ in range(8)]
+        barrier = threading.Barrier(len(catalogs))
+        errors = []
+
+        def create(i):
+            barrier.wait()
+            try:
+                _load_or_create(catalogs[i], f"together{round_}.t{i}", schema)
+            except Exception as e:  # noqa: BLE001 - every failure is the finding
+                errors.append(repr(e)[:300])
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(len(catalogs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], errors
+        made = sorted(name for _, name in lake["cat"].list_tables(f"together{round_}"))
+        assert made == sorted(f"t{i}" for i in range(len(catalogs))), made
 
 
 def test_a_run_killed_at_any_point_of_a_commit_and_dispatched_again_leaves_one_clean_runs_table(lake, tmp_path):

@@ -32,6 +32,8 @@ IDEMPOTENCY_KEY = "floe.idempotency-key"
 ATTEMPT = "floe.attempt"
 #: Attempts at one commit when other writers keep winning the race for the table.
 COMMIT_TRIES = 8
+#: Attempts at creating an output namespace or table while the catalog answers 5xx.
+CREATE_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,30 @@ def _load_or_create(catalog, table: str, schema: pa.Schema | None):
         if schema is None:
             raise
         namespace = table.rsplit(".", 1)[0]
-        catalog.create_namespace_if_not_exists(namespace)
-        return catalog.create_table_if_not_exists(table, schema=schema)
+        _settle_creation(lambda: catalog.create_namespace_if_not_exists(namespace),
+                         lambda: catalog.namespace_exists(namespace), f"namespace {namespace}")
+        _settle_creation(lambda: catalog.create_table_if_not_exists(table, schema=schema),
+                         lambda: catalog.table_exists(table), f"table {table}")
+        return catalog.load_table(table)
+
+
+def _settle_creation(create, exists, what: str) -> None:
+    """Runs ``create`` until ``exists`` holds. Workers that start together create their output
+    tables' namespace together, and a catalog may answer the losers of that race with a 5xx
+    instead of a 409 (the REST fixture's JDBC store fails the duplicate INSERT): what counts is
+    that the thing exists afterwards, whoever made it."""
+    from pyiceberg.exceptions import ServerError
+
+    for tried in range(1, CREATE_TRIES + 1):
+        try:
+            create()
+            return
+        except ServerError:
+            if exists():
+                return
+            if tried == CREATE_TRIES:
+                raise
+            time.sleep(random.uniform(0.05, 0.3))  # backing off a catalog in trouble
 
 
 def _without_retries(tbl):
