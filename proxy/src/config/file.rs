@@ -128,17 +128,19 @@ pub struct ServerSection {
     /// `/tmp/floe-proxy-upgrade.sock`; give each proxy on a machine its own.
     #[serde(default = "default_upgrade_sock")]
     pub upgrade_sock: String,
-    /// Bytes a client connection's writes are gathered in before they reach the socket.
-    /// Default 72 KiB: a response of up to ~70 KiB (a 64 KiB range and its header) leaves in
-    /// one write instead of two (Pingora's own default, 1,460 bytes, sends the header alone and
-    /// then the body). It costs that much memory per open client connection (72 MiB for 1,000);
-    /// 0 writes straight to the socket. Larger responses are written as before.
+    /// Bytes a client connection's small writes (a header, chunk framing) are gathered in
+    /// before they reach the socket; a body of 16 KiB or more, or one the buffer has no room
+    /// for, leaves with them in one vectored write, never copied (`vendor/pingora-core`'s
+    /// `GatherWriter`). Default 16 KiB: every response whose header fits leaves in one system
+    /// call (Pingora's own default, 1,460 bytes, sends the header alone and then the body), at
+    /// 16 KiB of memory per open client connection (16 MiB for 1,000). 0 writes straight to
+    /// the socket: a header, then the body.
     #[serde(default = "default_write_buffer_bytes")]
     pub write_buffer_bytes: usize,
 }
 
 fn default_write_buffer_bytes() -> usize {
-    72 << 10
+    16 << 10
 }
 
 fn default_upgrade_sock() -> String {

@@ -308,7 +308,7 @@ fn a_write_buffer_past_its_bound_is_named() {
     let rest = "origins:\n  o:\n    endpoint: http://127.0.0.1:1\nroutes:\n  - bucket: abc\n    origin: o\n    anonymous: true\n";
     let server = |extra: &str| format!("{BASE}{extra}{rest}");
     let ok = parse("test.yaml", &server(""), &env).unwrap();
-    assert_eq!(ok.server.write_buffer_bytes, 72 << 10);
+    assert_eq!(ok.server.write_buffer_bytes, 16 << 10);
     let e = fails(&server("  write_buffer_bytes: 67108864\n"));
     assert_eq!(
         (e.file.as_str(), e.key.as_str()),

@@ -5,10 +5,11 @@
 //! tokio's `BufWriter`, which this replaces under [`super::stream::Stream`], copies every write
 //! that fits its spare capacity: with a write buffer a response fits in (so that a response's
 //! header and body leave in one `write`), every body byte is copied once in user space before
-//! the kernel copies it again. `GatherWriter` copies only small writes (under [`GATHER_FROM`]);
-//! a larger write leaves together with what is buffered in one vectored write
-//! (`writev(buffered, data)`), so a small response still leaves in one system call and its body
-//! is never copied in user space. What it does not gather it does as `BufWriter` does.
+//! the kernel copies it again. `GatherWriter` copies only small writes (under [`GATHER_FROM`])
+//! that fit its spare room; a larger write, or one it has no room for, leaves together with what
+//! is buffered in one vectored write (`writev(buffered, data...)`), so a small response still
+//! leaves in one system call and its body is never copied in user space, whatever the buffer's
+//! capacity.
 //!
 //! Self-contained (std and tokio only) so that Floe's own tests compile this file as it is
 //! (`proxy/tests/gather_writer.rs`).
@@ -23,6 +24,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Writes at least this long are never copied into the buffer: they are written with it.
 /// Below it a copy costs less than the system call it may save (a header, chunk framing).
 pub const GATHER_FROM: usize = 16 << 10;
+
+/// Slices a vectored write is gathered with, the buffer's included; a vectored write of more
+/// slices flushes the buffer first.
+const GATHER_SLICES: usize = 8;
 
 /// A write buffer of a fixed capacity over `W` (see the module's doc).
 pub struct GatherWriter<W> {
@@ -104,17 +109,11 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for GatherWriter<W> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let me = &mut *self;
-        if data.len() < GATHER_FROM {
-            if data.len() > me.spare() {
-                ready!(me.poll_flush_buf(cx))?;
-            }
-            if data.len() <= me.spare() {
-                me.buf.extend_from_slice(data);
-                return Poll::Ready(Ok(data.len()));
-            }
-            return Pin::new(&mut me.inner).poll_write(cx, data);
+        if data.len() < GATHER_FROM && data.len() <= me.spare() {
+            me.buf.extend_from_slice(data);
+            return Poll::Ready(Ok(data.len()));
         }
-        // Large: written with what is buffered, never copied.
+        // Large, or more than the buffer has room for: written with what is buffered.
         loop {
             let buffered = me.buf.len() - me.written;
             if buffered == 0 {
@@ -141,18 +140,33 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for GatherWriter<W> {
         let total = bufs
             .iter()
             .fold(0usize, |sum, b| sum.saturating_add(b.len()));
-        if total < GATHER_FROM {
-            if total > me.spare() {
-                ready!(me.poll_flush_buf(cx))?;
-            }
-            if total <= me.spare() {
-                bufs.iter().for_each(|b| me.buf.extend_from_slice(b));
-                return Poll::Ready(Ok(total));
-            }
-        } else {
+        if total < GATHER_FROM && total <= me.spare() {
+            bufs.iter().for_each(|b| me.buf.extend_from_slice(b));
+            return Poll::Ready(Ok(total));
+        }
+        if bufs.len() >= GATHER_SLICES {
+            // More slices than gathered on the stack (Pingora writes at most three).
             ready!(me.poll_flush_buf(cx))?;
         }
-        Pin::new(&mut me.inner).poll_write_vectored(cx, bufs)
+        // Large, or more than the buffer has room for: written with what is buffered.
+        loop {
+            let buffered = me.buf.len() - me.written;
+            if buffered == 0 {
+                return Pin::new(&mut me.inner).poll_write_vectored(cx, bufs);
+            }
+            let mut slices = [IoSlice::new(&[]); GATHER_SLICES];
+            slices[0] = IoSlice::new(&me.buf[me.written..]);
+            slices[1..=bufs.len()].copy_from_slice(bufs);
+            let gathered = &slices[..=bufs.len()];
+            let n = ready!(Pin::new(&mut me.inner).poll_write_vectored(cx, gathered))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            me.consume(n.min(buffered));
+            if n > buffered {
+                return Poll::Ready(Ok(n - buffered));
+            }
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
