@@ -122,6 +122,24 @@ impl Block {
         (a < b).then_some((a, b))
     }
 
+    /// The held bytes a fetch of `from..to` joins: those of the span that reaches `from` from
+    /// before it (up to `from`, with their offset) and those of the span that reaches `to`
+    /// from inside or at it (from `to` on).
+    pub fn around(&self, from: u32, to: u32) -> (Option<Span>, Option<Bytes>) {
+        let Block::Partial { spans, .. } = self else {
+            return (None, None);
+        };
+        let head = spans.iter().find(|s| s.off < from && from <= s.end());
+        let tail = spans.iter().find(|s| s.off <= to && to < s.end());
+        (
+            head.map(|s| Span {
+                off: s.off,
+                bytes: s.bytes.slice(..(from - s.off) as usize),
+            }),
+            tail.map(|s| s.bytes.slice((to - s.off) as usize..)),
+        )
+    }
+
     /// Whether some span ends exactly at `at` (a read continuing a cached span).
     pub fn span_ends_at(&self, at: u32) -> bool {
         match self {
@@ -188,17 +206,20 @@ impl Block {
     }
 }
 
-/// One span of a run of touching or overlapping spans sorted by offset: the lone span as it
-/// is, or one pooled buffer each byte is copied into once (the first span holding a byte
-/// gives it). Empties `run`.
+/// One span of a run of touching or overlapping spans sorted by offset: the first span as it
+/// is when it holds the whole run, or else one pooled buffer each byte is copied into once
+/// (the first span holding a byte gives it). Empties `run`.
 fn join_run(run: &mut Vec<Span>) -> Span {
-    if run.len() == 1 {
-        if let Some(s) = run.pop() {
+    let off = run.first().map_or(0, |s| s.off);
+    let end = run.iter().map(Span::end).max().unwrap_or(off);
+    // The first span holds the whole run (a lone span, or a fill's piece written with the
+    // held bytes around it: `crate::piece`): kept as it is, not copied.
+    if run.first().is_some_and(|s| s.end() == end) {
+        let first = run.drain(..).next();
+        if let Some(s) = first {
             return s;
         }
     }
-    let off = run.first().map_or(0, |s| s.off);
-    let end = run.iter().map(Span::end).max().unwrap_or(off);
     let mut buf = BufferPool::shared().take((end - off) as usize);
     let mut at = off;
     for s in run.drain(..) {

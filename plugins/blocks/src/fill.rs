@@ -17,7 +17,8 @@ use crate::block::{Block, Span, MAX_SPANS};
 use crate::cache::BlockCache;
 use crate::classify::Store;
 use crate::inflight::{self, Claim, FillError, Slot};
-use crate::pool::{BufferPool, Filling};
+use crate::piece::Piece;
+use crate::pool::BufferPool;
 use crate::range::block_span;
 use crate::reader::Target;
 use crate::store::BlockKey;
@@ -178,9 +179,10 @@ pub(crate) async fn fill(
     };
     let mut pos = start;
     let mut cur = items.next();
-    // One pooled buffer per block piece, of the piece's size class: the stores weigh a block
-    // by its buffers' capacity, so DRAM ceilings hold in RSS too.
-    let mut buf: Option<Filling> = None;
+    // One pooled buffer per block piece (with the held bytes around it: `crate::piece`), of
+    // the piece's size class: the stores weigh a block by its buffers' capacity, so DRAM
+    // ceilings hold in RSS too.
+    let mut buf: Option<Piece> = None;
     while cur.is_some() {
         let mut chunk = match body.next().await {
             Ok(Some(c)) => c,
@@ -219,13 +221,12 @@ pub(crate) async fn fill(
         let whole = chunk.clone();
         while !chunk.is_empty() {
             let Some(it) = cur.take() else { break };
-            let want = (it.to - it.from) as usize;
             let mut piece = buf
                 .take()
-                .unwrap_or_else(|| BufferPool::shared().take(want));
-            let take = (want - piece.len()).min(chunk.len());
-            piece.extend_from_slice(&chunk.split_to(take));
-            if piece.len() < want {
+                .unwrap_or_else(|| Piece::start(it.from, it.to, it.held.as_ref()));
+            let take = piece.room().min(chunk.len());
+            piece.extend(&chunk.split_to(take));
+            if piece.room() > 0 {
                 buf = Some(piece);
                 cur = Some(it);
                 continue;
@@ -235,7 +236,7 @@ pub(crate) async fn fill(
                 from_peer,
                 keep: !from_peer || source.replica,
             };
-            publish(&cache, &t, it, piece.freeze(), how);
+            publish(&cache, &t, it, piece.finish(), how);
             cur = items.next();
         }
         if tap.as_ref().is_some_and(|t| t.send(whole).is_err()) {
@@ -261,9 +262,9 @@ struct Publish {
     keep: bool,
 }
 
-/// Merges a fetched piece into what the block held, stores it (as `how` says) and hands it to
-/// the waiters.
-fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, how: Publish) {
+/// Merges a fetched piece (its bytes `it.from..it.to` and the held ones around them) into what
+/// the block held, stores it (as `how` says) and hands it to the waiters.
+fn publish(cache: &BlockCache, t: &Target, it: RunItem, piece: Span, how: Publish) {
     let Publish {
         object_size: size,
         from_peer: peer,
@@ -272,11 +273,7 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, bytes: Bytes, how: Publi
     let bs = cache.settings.block_bytes;
     let len = block_span(it.index, bs, size).1 as u32;
     let s = cache.store_of(t.map.class, (&t.bucket_key, &t.object_key), it.index, size);
-    let fetched = bytes.len() as u64;
-    let piece = Span {
-        off: it.from,
-        bytes,
-    };
+    let fetched = u64::from(it.to - it.from);
     let block = match &it.held {
         Some(b) => b.merge(piece),
         None => Block::of(len, piece),

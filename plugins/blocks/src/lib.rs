@@ -35,6 +35,7 @@ mod ops;
 mod page_writer;
 mod pages;
 mod peer;
+mod piece;
 pub mod placement;
 mod plan;
 pub mod plugin;
