@@ -25,6 +25,8 @@ def main():
                     help="a floe-proxy binary to run (give two or more)")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--size", choices=["64KiB", "1MiB"], help="one read size only")
+    ap.add_argument("--perf", action="store_true",
+                    help="then profile the last build's cold row (perf.data under the bench's work dir)")
     args = ap.parse_args()
     builds = [(b.split("=", 1)[0], pathlib.Path(b.split("=", 1)[1])) for b in args.build]
     bench.WORK.mkdir(parents=True, exist_ok=True)
@@ -59,6 +61,15 @@ def main():
                         floe.stop()
                     r["cpu_s_per_gib"] = bench.cpu_per_gib(r)
                     rows.setdefault((label, name), []).append(r)
+        if args.perf:
+            size = 64 << 10 if args.size == "64KiB" else MiB
+            floe = bench.start_floe(origin)  # bench.FLOE_RELEASE: the last build run
+            reqs = bench.ranges(random.Random(300), objs, size, bench.LIST)
+            try:
+                _, top = bench.profiled(floe.proc.pid, lambda: bench.run_once(floe.port, reqs, 16, bench.SECONDS))
+            finally:
+                floe.stop()
+            print(top, flush=True)
         for (label, name), rs in rows.items():
             m = lambda f: statistics.median(r[f] for r in rs)
             each = ", ".join("%.2f" % r["cpu_s_per_gib"] for r in rs)
