@@ -309,20 +309,24 @@ impl Code for Block {
     }
 }
 
+/// Bytes `off..off + len` of a block whose byte `i` is `i as u8` (the tests' spans).
+#[cfg(test)]
+pub(crate) fn test_span(off: u32, len: u32) -> Span {
+    Span {
+        off,
+        bytes: (off..off + len)
+            .map(|i| i as u8)
+            .collect::<Vec<u8>>()
+            .into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn span(off: u32, len: u32) -> Span {
-        Span {
-            off,
-            bytes: (off..off + len)
-                .map(|i| i as u8)
-                .collect::<Vec<u8>>()
-                .into(),
-        }
-    }
+    use crate::block::test_span as span;
 
     #[test]
     fn full_once_spans_meet() {

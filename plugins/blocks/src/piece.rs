@@ -74,16 +74,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Bytes `off..off + len` of a block whose byte `i` is `i as u8`.
-    fn span(off: u32, len: u32) -> Span {
-        Span {
-            off,
-            bytes: (off..off + len)
-                .map(|i| i as u8)
-                .collect::<Vec<u8>>()
-                .into(),
-        }
-    }
+    use crate::block::test_span as span;
 
     /// The fill's steps for bytes `from..to`, fed in chunks of `chunk` bytes.
     fn filled(from: u32, to: u32, held: Option<&Block>, chunk: usize) -> Span {
