@@ -95,26 +95,25 @@ def _load_or_create(catalog, table: str, schema: pa.Schema | None):
             raise
         namespace = table.rsplit(".", 1)[0]
         _settle_creation(lambda: catalog.create_namespace_if_not_exists(namespace),
-                         lambda: catalog.namespace_exists(namespace), f"namespace {namespace}")
-        _settle_creation(lambda: catalog.create_table_if_not_exists(table, schema=schema),
-                         lambda: catalog.table_exists(table), f"table {table}")
-        return catalog.load_table(table)
+                         lambda: catalog.namespace_exists(namespace))
+        made = _settle_creation(lambda: catalog.create_table_if_not_exists(table, schema=schema),
+                                lambda: catalog.table_exists(table))
+        return made if made is not None else catalog.load_table(table)
 
 
-def _settle_creation(create, exists, what: str) -> None:
-    """Runs ``create`` until ``exists`` holds. Workers that start together create their output
-    tables' namespace together, and a catalog may answer the losers of that race with a 5xx
-    instead of a 409 (the REST fixture's JDBC store fails the duplicate INSERT): what counts is
-    that the thing exists afterwards, whoever made it."""
+def _settle_creation(create, exists):
+    """``create()``'s result, or ``None`` once ``exists()`` holds after it failed. Workers that
+    start together create their output tables' namespace together, and a catalog may answer the
+    losers of that race with a 5xx instead of a 409 (the REST fixture's JDBC store fails the
+    duplicate INSERT): what counts is that the thing exists afterwards, whoever made it."""
     from pyiceberg.exceptions import ServerError
 
     for tried in range(1, CREATE_TRIES + 1):
         try:
-            create()
-            return
+            return create()
         except ServerError:
             if exists():
-                return
+                return None
             if tried == CREATE_TRIES:
                 raise
             time.sleep(random.uniform(0.05, 0.3))  # backing off a catalog in trouble

@@ -100,6 +100,32 @@ impl<W: AsyncWrite + Unpin> GatherWriter<W> {
         }
         Poll::Ready(Ok(()))
     }
+
+    /// Writes what is buffered gathered with `data` (fewer than [`GATHER_SLICES`] slices) until
+    /// the buffer is empty. `Some(n)`: a write took `n` bytes of `data` too, which count as
+    /// written; `None`: the buffer is empty and none of `data` went yet.
+    fn poll_gather(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[IoSlice<'_>],
+    ) -> Poll<io::Result<Option<usize>>> {
+        while !self.buffer().is_empty() {
+            let buffered = self.buf.len() - self.written;
+            let mut slices = [IoSlice::new(&[]); GATHER_SLICES];
+            slices[0] = IoSlice::new(&self.buf[self.written..]);
+            slices[1..=data.len()].copy_from_slice(data);
+            let gathered = &slices[..=data.len()];
+            let n = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, gathered))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.consume(n.min(buffered));
+            if n > buffered {
+                return Poll::Ready(Ok(Some(n - buffered)));
+            }
+        }
+        Poll::Ready(Ok(None))
+    }
 }
 
 impl<W: AsyncWrite + Unpin> AsyncWrite for GatherWriter<W> {
@@ -114,20 +140,9 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for GatherWriter<W> {
             return Poll::Ready(Ok(data.len()));
         }
         // Large, or more than the buffer has room for: written with what is buffered.
-        loop {
-            let buffered = me.buf.len() - me.written;
-            if buffered == 0 {
-                return Pin::new(&mut me.inner).poll_write(cx, data);
-            }
-            let slices = [IoSlice::new(&me.buf[me.written..]), IoSlice::new(data)];
-            let n = ready!(Pin::new(&mut me.inner).poll_write_vectored(cx, &slices))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            me.consume(n.min(buffered));
-            if n > buffered {
-                return Poll::Ready(Ok(n - buffered));
-            }
+        match ready!(me.poll_gather(cx, &[IoSlice::new(data)]))? {
+            Some(n) => Poll::Ready(Ok(n)),
+            None => Pin::new(&mut me.inner).poll_write(cx, data),
         }
     }
 
@@ -149,23 +164,9 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for GatherWriter<W> {
             ready!(me.poll_flush_buf(cx))?;
         }
         // Large, or more than the buffer has room for: written with what is buffered.
-        loop {
-            let buffered = me.buf.len() - me.written;
-            if buffered == 0 {
-                return Pin::new(&mut me.inner).poll_write_vectored(cx, bufs);
-            }
-            let mut slices = [IoSlice::new(&[]); GATHER_SLICES];
-            slices[0] = IoSlice::new(&me.buf[me.written..]);
-            slices[1..=bufs.len()].copy_from_slice(bufs);
-            let gathered = &slices[..=bufs.len()];
-            let n = ready!(Pin::new(&mut me.inner).poll_write_vectored(cx, gathered))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            me.consume(n.min(buffered));
-            if n > buffered {
-                return Poll::Ready(Ok(n - buffered));
-            }
+        match ready!(me.poll_gather(cx, bufs))? {
+            Some(n) => Poll::Ready(Ok(n)),
+            None => Pin::new(&mut me.inner).poll_write_vectored(cx, bufs),
         }
     }
 
