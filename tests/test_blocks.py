@@ -377,3 +377,48 @@ def test_default_checksum_mode_gets_are_served_from_the_cache(cached, direct, tm
     assert whole["ResponseMetadata"]["HTTPHeaders"]["x-floe-cache"] == "hit"
     assert "x-amz-checksum-crc32" in whole["ResponseMetadata"]["HTTPHeaders"]
     assert (cached.relay.count("GET"), cached.relay.count("HEAD")) == (gets, heads + 1)
+
+
+def rss_bytes(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) << 10
+    raise AssertionError("no VmRSS")
+
+
+def test_a_fresh_proxy_populates_its_dram_and_fills_take_no_fresh_buffer(minio, direct, tmp_path):
+    """cache.populate_dram (default): the pool holds the DRAM ceilings, written, before any
+    fill; cold reads of every size then take populated buffers, none allocated fresh."""
+    from fleet import wait_until
+    relay = Relay(minio.port)
+    p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", data=(64 * MiB, 256 * MiB),
+                          meta=(32 * MiB, 64 * MiB))
+    try:
+        wait_until("the pool populated", lambda: p.admin("GET", "/stats")["buffers"]["populate"] == "done")
+        pool = p.admin("GET", "/stats")["buffers"]
+        # The data store's room for entries (its ceiling less its disk tier's buffers) and the
+        # pool's free bound, in 2 MiB buffers.
+        reserve = pool["reserve_bytes"]
+        assert 16 * MiB < reserve <= 64 * MiB and reserve - 2 * MiB < pool["populated_bytes"] <= reserve
+        assert pool["free_bytes"] == pool["populated_bytes"] and rss_bytes(p.proc.pid) > reserve
+        data = os.urandom(9 * MiB)
+        direct.put_object(Bucket=BUCKET, Key="blocks/populated.parquet", Body=data)
+        for a, b in [(0, 9 * MiB - 1), (3 * MiB + 5, 3 * MiB + 70000), (7 * MiB, 7 * MiB + 300000)]:
+            r = get(p.port, "blocks/populated.parquet", f"bytes={a}-{b}")
+            assert r.status == 206 and r.data == data[a:b + 1]
+        pool = p.admin("GET", "/stats")["buffers"]
+        assert pool["fresh"] == 0 and pool["reused"] >= 5, pool
+    finally:
+        p.stop()
+        relay.down()
+
+
+def test_populate_dram_false_leaves_the_pool_to_grow_with_the_cache(minio, tmp_path):
+    relay = Relay(minio.port)
+    p = start_cached_floe(tmp_path, relay.port, tmp_path / "cache", extra_cache="  populate_dram: false")
+    try:
+        pool = p.admin("GET", "/stats")["buffers"]
+        assert (pool["populate"], pool["reserve_bytes"], pool["populated_bytes"]) == ("off", 0, 0)
+    finally:
+        p.stop()
+        relay.down()

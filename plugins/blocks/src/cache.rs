@@ -1,5 +1,6 @@
 //! The block cache: two stores, admission, and the key -> ETag mapping records.
 
+use crate::pool::{populate, BufferPool, PopulateState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +42,8 @@ pub struct CacheSettings {
     pub max_run_blocks: u64,
     /// What a client read's miss of a data block fetches.
     pub fill: Fill,
+    /// Whether the pool is populated up to the DRAM ceilings at start (`populate`).
+    pub populate_dram: bool,
 }
 
 /// What a client read's miss of a data block fetches from the origin.
@@ -161,7 +164,19 @@ impl BlockCache {
                     .map(|s| s.store.dram_bytes)
                     .sum::<usize>(),
         );
-        crate::pool::BufferPool::shared().set_bound(pool_bound);
+        let pool = BufferPool::shared();
+        pool.set_bound(pool_bound);
+        // The pinned tables' DRAM is buffers too, once pins fill it.
+        // Running from here, so `/stats` never shows it off while the worker is starting.
+        let (reserve, state) = match settings.populate_dram {
+            true => (
+                populate::reserve_for(&settings, pool_bound),
+                PopulateState::Running,
+            ),
+            false => (0, PopulateState::Off),
+        };
+        pool.set_reserve(reserve);
+        pool.set_populate_state(state);
         // Read before the store opens: a stamp says until when the last run was up.
         let persisted = settings.meta.disk_bytes > 0 && settings.meta.disk_dir.exists();
         let stamp = crate::missed::read_stamp(&settings.meta.disk_dir);

@@ -80,6 +80,14 @@ pub struct CacheSection {
     /// the shared metadata store. Default none: every route shares the data store.
     #[serde(default)]
     pub shares: Vec<ShareSection>,
+    /// Whether the DRAM ceilings (the stores', shares' and `pinned_bytes`) are written into
+    /// block buffers once at start, by a background worker, and kept for fills. Default true:
+    /// a fresh proxy's fills then write into mapped pages instead of fresh ones the kernel
+    /// zeroes one fault at a time (a fresh proxy's largest cost on cold small reads). RSS is
+    /// at the ceilings from the start rather than once the cache is full; `false` lets it grow
+    /// with the cache (e.g. many small test nodes on one machine).
+    #[serde(default = "default_populate")]
+    pub populate_dram: bool,
 }
 
 /// One route's share (`cache.shares[]`).
@@ -150,6 +158,10 @@ fn default_footer_bytes() -> u64 {
 
 fn default_admission() -> u8 {
     2
+}
+
+fn default_populate() -> bool {
+    true
 }
 
 fn default_ttl_ms() -> u64 {
@@ -232,5 +244,6 @@ pub fn validate(cx: &ConfigCx<'_>, c: &CacheSection) -> Result<CacheSettings, Co
             FillSection::Range => Fill::Range,
             FillSection::Block => Fill::Block,
         },
+        populate_dram: c.populate_dram,
     })
 }

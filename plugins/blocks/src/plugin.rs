@@ -189,6 +189,14 @@ impl Plugin for BlocksPlugin {
             "floe-cache-settle",
             SettleOnShutdown(cache.clone()),
         ))];
+        if cache.settings.populate_dram {
+            workers.push(Box::new(background_service(
+                "floe-pool-populate",
+                crate::pool::populate::Populate {
+                    block_bytes: cache.settings.block_bytes as usize,
+                },
+            )));
+        }
         workers.push(Box::new(background_service(
             "floe-cache-alive",
             crate::missed::Alive {

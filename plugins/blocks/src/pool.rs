@@ -7,7 +7,12 @@
 //! was the cold path's largest kernel symbol), and no buffers of every size left in glibc's
 //! arenas to fragment them (RSS was 2.3x the DRAM ceilings with glibc's defaults).
 //!
-//! Written here, on crossbeam's lock-free `ArrayQueue`, because the pool must hand out
+//! A pool may also hold a *reserve*: the caches' DRAM ceilings, populated with written
+//! block-size buffers at start ([`BufferPool::populate_one`], run by `populate`), so the
+//! first fills of a fresh proxy write into mapped pages too. With a reserve, free buffers are
+//! kept while free and handed-out bytes together stay within it, so RSS holds at the ceilings.
+//!
+//! Written here, on crossbeam's lock-free `SegQueue`, because the pool must hand out
 //! `Bytes` that return their buffer when the last clone drops (`Bytes::from_owner`), by size
 //! class, with a byte bound on what it keeps: the object-pool crates keep one size, or hand
 //! out guards, not `Bytes`.
@@ -24,11 +29,13 @@
 //! (mapping records, small spans) are exact allocations, not pooled.
 
 use std::io::Read;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+pub use populate::PopulateState;
 use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::SegQueue;
 
 /// Smallest pooled buffer (and the class step below 128 KiB).
 pub const MIN_POOLED: usize = 16 << 10;
@@ -82,14 +89,22 @@ pub struct PoolStats {
     pub kept: AtomicU64,
     /// Buffers given back and freed (the pool held its bound).
     pub freed: AtomicU64,
+    /// Bytes of buffers written and put in the pool to populate its reserve.
+    pub populated: AtomicU64,
 }
 
-/// Free buffers by size class, at most `bound` bytes of them.
+/// Free buffers by size class: at most `bound` bytes of them, or more while free and
+/// handed-out bytes together stay within the `reserve`.
 #[derive(Debug)]
 pub struct BufferPool {
-    classes: Vec<ArrayQueue<Vec<u8>>>,
+    classes: Vec<SegQueue<Vec<u8>>>,
     free_bytes: AtomicUsize,
+    /// Bytes of pooled-class buffers handed out and not given back yet.
+    out_bytes: AtomicUsize,
     bound: AtomicUsize,
+    reserve: AtomicUsize,
+    /// Where populating the reserve stands: one of [`PopulateState`].
+    populate: AtomicU8,
     /// Counters.
     pub stats: PoolStats,
 }
@@ -100,13 +115,13 @@ static SHARED: LazyLock<Arc<BufferPool>> =
 impl BufferPool {
     /// A pool that keeps at most `bound` free bytes.
     pub fn new(bound: usize) -> Self {
-        let classes = (0..CLASSES)
-            .map(|i| ArrayQueue::new((bound.max(MAX_POOLED) / class_cap(i)).max(1)))
-            .collect();
         Self {
-            classes,
+            classes: (0..CLASSES).map(|_| SegQueue::new()).collect(),
             free_bytes: AtomicUsize::new(0),
+            out_bytes: AtomicUsize::new(0),
             bound: AtomicUsize::new(bound),
+            reserve: AtomicUsize::new(0),
+            populate: AtomicU8::new(PopulateState::Off as u8),
             stats: PoolStats::default(),
         }
     }
@@ -122,9 +137,30 @@ impl BufferPool {
         self.bound.store(bound, Ordering::Relaxed);
     }
 
+    /// Keeps free buffers while free and handed-out bytes stay within `reserve` bytes (the
+    /// caches' DRAM ceilings), beyond the bound; 0: the bound alone.
+    pub fn set_reserve(&self, reserve: usize) {
+        self.reserve.store(reserve, Ordering::Relaxed);
+    }
+
     /// Free bytes held now.
     pub fn free_bytes(&self) -> usize {
         self.free_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of pooled buffers handed out and not given back.
+    pub fn out_bytes(&self) -> usize {
+        self.out_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Free bytes the pool may keep now: its bound, or what the reserve leaves beside the
+    /// handed-out buffers when that is more.
+    fn room(&self) -> usize {
+        let reserve = self.reserve.load(Ordering::Relaxed);
+        let out = self.out_bytes.load(Ordering::Relaxed);
+        self.bound
+            .load(Ordering::Relaxed)
+            .max(reserve.saturating_sub(out))
     }
 
     /// The counters, for `GET /stats`.
@@ -135,6 +171,9 @@ impl BufferPool {
             reused: n(&self.stats.reused),
             fresh: n(&self.stats.fresh),
             freed: n(&self.stats.freed),
+            reserve_bytes: self.reserve.load(Ordering::Relaxed) as u64,
+            populated_bytes: n(&self.stats.populated),
+            populate: self.populate_state().name().to_owned(),
         }
     }
 
@@ -145,6 +184,7 @@ impl BufferPool {
             return Filling {
                 vec: Vec::with_capacity(len),
                 pool: None,
+                cap: 0,
             };
         };
         let vec = match self.pop_at_least(class) {
@@ -159,12 +199,22 @@ impl BufferPool {
             }
             None => {
                 self.stats.fresh.fetch_add(1, Ordering::Relaxed);
-                Vec::with_capacity(cap)
+                // With a reserve, what is free makes room for it: free and handed-out bytes
+                // stay within the reserve (the free buffers are all of smaller classes).
+                self.out_bytes.fetch_add(cap, Ordering::Relaxed);
+                self.make_room_below(class, 0, self.room());
+                return Filling {
+                    vec: Vec::with_capacity(cap),
+                    pool: Some(self.clone()),
+                    cap,
+                };
             }
         };
+        self.out_bytes.fetch_add(cap, Ordering::Relaxed);
         Filling {
             vec,
             pool: Some(self.clone()),
+            cap,
         }
     }
 
@@ -174,12 +224,11 @@ impl BufferPool {
         (class..CLASSES).find_map(|c| self.classes[c].pop().map(|v| (v, class_cap(c))))
     }
 
-    /// At the bound, frees buffers of classes below `class`, smallest first, until `cap`
-    /// more bytes fit: a larger buffer can serve any smaller fill, a smaller one no larger.
-    fn make_room_below(&self, class: usize, cap: usize) {
-        let bound = self.bound.load(Ordering::Relaxed);
+    /// At `room`, frees buffers of classes below `class`, smallest first, until `cap` more
+    /// bytes fit: a larger buffer can serve any smaller fill, a smaller one no larger.
+    fn make_room_below(&self, class: usize, cap: usize, room: usize) {
         let mut smaller = 0;
-        while smaller < class && self.free_bytes.load(Ordering::Relaxed) + cap > bound {
+        while smaller < class && self.free_bytes.load(Ordering::Relaxed) + cap > room {
             match self.classes[smaller].pop() {
                 Some(freed) => {
                     self.free_bytes
@@ -192,17 +241,19 @@ impl BufferPool {
         }
     }
 
-    /// Takes a buffer back (the last `Bytes` of it dropped): kept under the bound, else freed.
-    fn give_back(&self, vec: Vec<u8>) {
+    /// Takes back a buffer handed out as `taken` bytes (the last `Bytes` of it dropped): kept
+    /// while there is room ([`Self::room`]), else freed.
+    fn give_back(&self, vec: Vec<u8>, taken: usize) {
+        self.out_bytes.fetch_sub(taken, Ordering::Relaxed);
         let Some((class, cap)) = class_of(vec.capacity()).filter(|(_, c)| *c == vec.capacity())
         else {
             return;
         };
-        self.make_room_below(class, cap);
-        let kept = self.free_bytes.fetch_add(cap, Ordering::Relaxed) + cap
-            <= self.bound.load(Ordering::Relaxed)
-            && self.classes[class].push(vec).is_ok();
+        let room = self.room();
+        self.make_room_below(class, cap, room);
+        let kept = self.free_bytes.fetch_add(cap, Ordering::Relaxed) + cap <= room;
         if kept {
+            self.classes[class].push(vec);
             self.stats.kept.fetch_add(1, Ordering::Relaxed);
         } else {
             self.free_bytes.fetch_sub(cap, Ordering::Relaxed);
@@ -225,6 +276,8 @@ fn class_cap(class: usize) -> usize {
 pub struct Filling {
     vec: Vec<u8>,
     pool: Option<Arc<BufferPool>>,
+    /// The bytes counted as handed out for it.
+    cap: usize,
 }
 
 impl Filling {
@@ -256,7 +309,11 @@ impl Filling {
     pub fn freeze(mut self) -> Bytes {
         let vec = std::mem::take(&mut self.vec);
         match self.pool.take() {
-            Some(pool) => Bytes::from_owner(Pooled { vec, pool }),
+            Some(pool) => Bytes::from_owner(Pooled {
+                vec,
+                pool,
+                cap: self.cap,
+            }),
             None => Bytes::from(vec),
         }
     }
@@ -266,7 +323,7 @@ impl Drop for Filling {
     /// An abandoned fill gives its buffer back at once.
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.give_back(std::mem::take(&mut self.vec));
+            pool.give_back(std::mem::take(&mut self.vec), self.cap);
         }
     }
 }
@@ -275,6 +332,7 @@ impl Drop for Filling {
 struct Pooled {
     vec: Vec<u8>,
     pool: Arc<BufferPool>,
+    cap: usize,
 }
 
 impl AsRef<[u8]> for Pooled {
@@ -285,9 +343,12 @@ impl AsRef<[u8]> for Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        self.pool.give_back(std::mem::take(&mut self.vec));
+        self.pool.give_back(std::mem::take(&mut self.vec), self.cap);
     }
 }
+
+#[path = "populate.rs"]
+pub mod populate;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

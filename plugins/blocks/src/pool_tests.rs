@@ -183,3 +183,137 @@ proptest! {
         }
     }
 }
+
+fn reserved(reserve: usize, bound: usize) -> Arc<BufferPool> {
+    let p = pool(bound);
+    p.set_reserve(reserve);
+    p
+}
+
+#[test]
+fn populating_fills_the_reserve_with_written_buffers_and_stops_there() {
+    let p = reserved(10 * MIB, 0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    assert_eq!(
+        crate::pool::populate::populate(&p, 2 * MIB, &stop),
+        10 * MIB
+    );
+    assert_eq!(p.populate_state(), PopulateState::Done);
+    assert_eq!(p.free_bytes(), 10 * MIB);
+    assert_eq!(p.populate_one(2 * MIB), None, "the reserve is full");
+    let held: Vec<Bytes> = (0..5).map(|i| filled(&p, 2 * MIB, i)).collect();
+    assert_eq!(
+        p.stats.reused.load(Relaxed),
+        5,
+        "fills took the populated buffers"
+    );
+    assert_eq!(p.stats.fresh.load(Relaxed), 0);
+    assert_eq!((p.free_bytes(), p.out_bytes()), (0, 10 * MIB));
+    assert!(held
+        .iter()
+        .enumerate()
+        .all(|(i, b)| b.iter().all(|x| *x == i as u8)));
+    let doc = p.doc();
+    assert_eq!(
+        (doc.reserve_bytes, doc.populated_bytes),
+        (10 << 20, 10 << 20)
+    );
+    assert_eq!(doc.populate, "done");
+}
+
+#[test]
+fn populating_stops_when_told() {
+    let p = reserved(10 * MIB, 0);
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    assert_eq!(crate::pool::populate::populate(&p, 2 * MIB, &stop), 0);
+    assert_eq!(p.populate_state(), PopulateState::Stopped);
+    assert_eq!(p.free_bytes(), 0);
+}
+
+#[test]
+fn populating_leaves_room_for_the_buffers_handed_out() {
+    let p = reserved(8 * MIB, 0);
+    let out = filled(&p, 2 * MIB, 1);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    assert_eq!(crate::pool::populate::populate(&p, 2 * MIB, &stop), 6 * MIB);
+    drop(out);
+    assert_eq!(p.free_bytes(), 8 * MIB, "the returned one fits the reserve");
+}
+
+#[test]
+fn with_a_reserve_free_and_handed_out_bytes_stay_within_it() {
+    let p = reserved(8 * MIB, 0);
+    let held: Vec<Bytes> = (0..6).map(|i| filled(&p, 2 * MIB, i)).collect();
+    assert_eq!(p.out_bytes(), 12 * MIB, "fills may go past the reserve");
+    drop(held);
+    assert_eq!(p.out_bytes(), 0);
+    assert_eq!(p.free_bytes(), 8 * MIB, "the pool kept the reserve's worth");
+    assert_eq!(p.stats.freed.load(Relaxed), 2, "and freed the rest");
+    let a = filled(&p, 2 * MIB, 7);
+    let b = filled(&p, 2 * MIB, 8);
+    drop(filled(&p, 2 * MIB, 9));
+    assert_eq!(
+        (p.free_bytes(), p.out_bytes()),
+        (4 * MIB, 4 * MIB),
+        "a buffer returns while there is room beside those out"
+    );
+    drop((a, b));
+    assert_eq!(p.free_bytes(), 8 * MIB);
+}
+
+#[test]
+fn a_cut_buffer_is_counted_out_as_its_class() {
+    let p = reserved(4 * MIB, 0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    crate::pool::populate::populate(&p, 2 * MIB, &stop);
+    let small = filled(&p, 64 << 10, 5);
+    assert_eq!((p.free_bytes(), p.out_bytes()), (2 * MIB, 64 << 10));
+    drop(small);
+    assert_eq!((p.free_bytes(), p.out_bytes()), (2 * MIB + (64 << 10), 0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Any sequence of fills and drops, with a reserve populated first: a live buffer is never
+    /// handed out again, every byte reads back, and once all are dropped nothing is counted
+    /// out and the pool holds no more than its reserve.
+    #[test]
+    fn with_a_reserve_every_buffer_is_accounted_for(
+        ops in proptest::collection::vec((any::<bool>(), MIN_POOLED..=3 * MIB, any::<u8>()), 1..60)
+    ) {
+        let p = reserved(16 * MIB, MIB);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        crate::pool::populate::populate(&p, 2 * MIB, &stop);
+        let mut live: Vec<(Bytes, u8)> = Vec::new();
+        for (keep, len, byte) in ops {
+            if !keep && !live.is_empty() {
+                live.swap_remove(byte as usize % live.len());
+                continue;
+            }
+            let b = filled(&p, len, byte);
+            prop_assert!(live.iter().all(|(o, _)| o.as_ptr() != b.as_ptr()));
+            live.push((b, byte));
+        }
+        prop_assert!(live.iter().all(|(b, x)| b.iter().all(|y| y == x)));
+        drop(live);
+        prop_assert_eq!(p.out_bytes(), 0);
+        prop_assert!(p.free_bytes() <= 16 * MIB);
+    }
+}
+
+#[test]
+fn a_fresh_buffer_past_the_reserve_frees_smaller_free_ones_to_make_room() {
+    let p = reserved(4 * MIB, 0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    assert_eq!(crate::pool::populate::populate(&p, MIB, &stop), 4 * MIB);
+    let big = filled(&p, 3 * MIB, 1);
+    assert_eq!(
+        p.stats.fresh.load(Relaxed),
+        1,
+        "no free buffer was large enough"
+    );
+    assert_eq!((p.free_bytes(), p.out_bytes()), (MIB, 3 * MIB));
+    assert_eq!(p.stats.freed.load(Relaxed), 3);
+    drop(big);
+    assert_eq!(p.free_bytes(), 4 * MIB, "back within the reserve");
+}

@@ -155,6 +155,15 @@ pub struct BufferPoolDoc {
     pub fresh: u64,
     /// Buffers freed because the pool was at its bound.
     pub freed: u64,
+    /// The caches' DRAM ceilings the pool populates at start (0: not populated).
+    #[serde(default)]
+    pub reserve_bytes: u64,
+    /// Bytes of buffers populated so far.
+    #[serde(default)]
+    pub populated_bytes: u64,
+    /// Where populating stands: `off`, `running`, `done` (the reserve is full) or `stopped`.
+    #[serde(default)]
+    pub populate: String,
 }
 
 /// `POST /warm`.

@@ -174,6 +174,16 @@ fn blocks_need_a_cache_section_with_sane_sizes() {
     .unwrap();
     let blocks = format!("{:?}", s.plugins);
     assert!(blocks.contains("block_bytes: 2097152"), "{blocks}");
+    assert!(blocks.contains("populate_dram: true"), "the default: {blocks}");
+    let off = format!("{}  populate_dram: false\n", cache(2097152, 67108864));
+    let s = parse("t.yaml", &with(&format!("{origin}{route}{off}")), &env).unwrap();
+    assert!(format!("{:?}", s.plugins).contains("populate_dram: false"));
+    let bad = format!("{}  populate_dram: sometimes\n", cache(2097152, 67108864));
+    let e = fails(&with(&format!("{origin}{route}{bad}")));
+    assert!(
+        e.to_string().contains("populate_dram"),
+        "a bad value is named: {e}"
+    );
 }
 
 #[test]

@@ -59,6 +59,7 @@ pub fn settings(dir: &std::path::Path, data_dram: usize) -> CacheSettings {
         mutable_ttl: Duration::from_secs(5),
         rules: rules(),
         max_run_blocks: 16,
+        populate_dram: false,
         fill: Fill::Range,
     }
 }
