@@ -477,27 +477,46 @@ impl HttpSession {
     /// Return `Ok(Some(ref)) after a successful read.
     /// Return `Ok(None)` if there is no more body to read.
     pub async fn read_body_ref(&mut self) -> Result<Option<&[u8]>> {
-        let result = match self.read_timeout {
+        // Floe patch: the read is `read_body_buf_ref` (shared with `read_body_bytes`).
+        let body_ref = self.read_body_buf_ref().await?;
+        Ok(body_ref.map(|r| self.body_reader.get_body(&r)))
+    }
+
+    // Floe patch begin: `read_body_ref`'s read, as where its bytes are in the body buffer.
+    async fn read_body_buf_ref(&mut self) -> Result<Option<BufRef>> {
+        let body_ref = match self.read_timeout {
             Some(t) => match timeout(t, self.do_read_body()).await {
                 Ok(res) => res,
                 Err(_) => Error::e_explain(ReadTimedout, format!("reading body, timeout: {t:?}")),
             },
             None => self.do_read_body().await,
-        };
-
-        result.map(|maybe_body| {
-            maybe_body.map(|body_ref| {
-                let slice = self.body_reader.get_body(&body_ref);
-                self.body_recv = self.body_recv.saturating_add(slice.len());
-                slice
-            })
-        })
+        }?;
+        if let Some(r) = &body_ref {
+            self.body_recv = self.body_recv.saturating_add(r.len());
+        }
+        Ok(body_ref)
     }
+    // Floe patch end
 
     /// Similar to [`Self::read_body_ref`] but return `Bytes` instead of a slice reference.
     pub async fn read_body_bytes(&mut self) -> Result<Option<Bytes>> {
-        let read = self.read_body_ref().await?;
-        Ok(read.map(Bytes::copy_from_slice))
+        // Floe patch begin: a sized body's read that fills the body buffer from its start hands
+        // that buffer out, frozen, instead of a copy of it (the next read allocates a new one,
+        // as the copy did). Chunked and read-until-close bodies keep state in the buffer, and
+        // a read that does not start it is part of one: those are copied, as released.
+        let Some(r) = self.read_body_buf_ref().await? else {
+            return Ok(None);
+        };
+        let sized = matches!(
+            self.body_reader.body_state,
+            super::body::ParseState::Partial(..) | super::body::ParseState::Complete(..)
+        );
+        let whole = |b: &BytesMut| r.0 == 0 && r.1 == b.len();
+        if sized && self.body_reader.body_buf.as_ref().is_some_and(whole) {
+            return Ok(self.body_reader.body_buf.take().map(BytesMut::freeze));
+        }
+        Ok(Some(Bytes::copy_from_slice(self.body_reader.get_body(&r))))
+        // Floe patch end
     }
 
     /// Upstream response body bytes received (payload only; excludes headers/framing).
