@@ -174,7 +174,10 @@ fn blocks_need_a_cache_section_with_sane_sizes() {
     .unwrap();
     let blocks = format!("{:?}", s.plugins);
     assert!(blocks.contains("block_bytes: 2097152"), "{blocks}");
-    assert!(blocks.contains("populate_dram: true"), "the default: {blocks}");
+    assert!(
+        blocks.contains("populate_dram: true"),
+        "the default: {blocks}"
+    );
     let off = format!("{}  populate_dram: false\n", cache(2097152, 67108864));
     let s = parse("t.yaml", &with(&format!("{origin}{route}{off}")), &env).unwrap();
     assert!(format!("{:?}", s.plugins).contains("populate_dram: false"));
