@@ -470,6 +470,9 @@ def measure(label, port, reqs, clients, procs, proxy=None, floe=None, cycle=Fals
     # nginx's origin bytes: what MinIO's audit log says it sent between two marks (the
     # proxy's own log would cost nginx a write per request).
     mark = AUDIT.mark(MARK_S3) if proxy and not floe else None
+    # The disk quiet first: a cold row before this one (nginx's cache files, Floe's disk tier)
+    # may leave gigabytes for the kernel to write back, which slowed the rows after it.
+    os.sync()
     cpu0 = (sum(cpu_s(p.proc.pid) for p in procs), cpu_s(proxy.proc.pid) if proxy else 0.0)
     res = run_once(port, reqs, clients, SECONDS, cycle)
     res["cpu_origin_s"] = sum(cpu_s(p.proc.pid) for p in procs) - cpu0[0]
