@@ -296,6 +296,9 @@ def start_floe(origin_port, data_dram=3 << 30, data_disk=4 << 30, meta_dram=256 
         env["_RJEM_MALLOC_CONF"] = tunables  # jemalloc's MALLOC_CONF, prefixed as tikv's build names it
     p = conftest.Proc([str(FLOE_RELEASE), "--config", str(d / "floe.yaml")], env, d / "floe.log", port, "floe")
     p.admin_port = admin
+    # Pingora starts the admin listener beside the proxy's, not before it: a row once failed on
+    # /stats refused just after the proxy's port opened.
+    conftest.wait_port(admin, p.proc, "floe's admin listener")
     p.populate_s = wait_populated(p)
     return p
 
@@ -621,18 +624,26 @@ def main():
 
 
 def profiled(pid, fn, limit="1.5"):
-    """Runs fn() under `perf record` attached to pid; returns (fn's result, top symbols)."""
+    """Runs fn() under `perf record` attached to pid; returns (fn's result, top symbols). An
+    empty profile says why (perf's own messages) instead of leaving a blank block: the
+    2026-12-07 run's two profiles came out empty, and the same steps run alone gave symbols."""
     data = WORK / "perf.data"
-    rec = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-o", str(data), "-p", str(pid)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        res = fn()
-    finally:
-        rec.send_signal(signal.SIGINT)
-        rec.wait(60)
+    log = WORK / "perf.log"
+    with open(log, "w") as err:
+        rec = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-o", str(data), "-p", str(pid)],
+                               stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            res = fn()
+        finally:
+            rec.send_signal(signal.SIGINT)
+            rec.wait(60)
     rep = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "symbol",
                           "-g", "none", "--percent-limit", limit], capture_output=True, text=True)
     top = "\n".join(l.split("  -  ")[0].rstrip() for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#"))
+    if not top:
+        why = (log.read_text() + rep.stderr).strip().splitlines()[-6:]
+        top = "(no samples: perf record exited %s; %s)" % (rec.returncode, " / ".join(why) or "perf said nothing")
+        print("profile empty:", top, flush=True)
     return res, top
 
 
