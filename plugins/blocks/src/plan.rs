@@ -41,7 +41,11 @@ impl BlockReader {
 
     /// Whether a small read's miss of block `index` should fill the block whole.
     fn neighbours_come(&self, index: u64) -> bool {
-        self.small(index) && self.cache.neighbours.whole(self.key(index).stable_hash())
+        self.small(index)
+            && self
+                .cache
+                .neighbours
+                .whole(self.key(index).stable_hash(), now())
     }
 
     /// The in-block bytes a fill of `index` fetches, given what the block holds.
@@ -64,7 +68,7 @@ impl BlockReader {
         }
         // Everything a client read needs is here (a block at MAX_SPANS too): nothing to fetch.
         let (a, z) = b.missing(lo, hi)?;
-        if whole || (self.small(index) && self.cache.neighbours.likely()) {
+        if whole || (self.small(index) && self.cache.neighbours.likely(now())) {
             return b.missing(0, len);
         }
         // A read that starts where a cached span ends is sequential: read the block ahead.
@@ -98,9 +102,12 @@ impl BlockReader {
         if !self.small(index) {
             return;
         }
+        // The block's hash and the clock once: `small` holds here, so `whole` is what
+        // `neighbours_come` would say.
+        let (estimate, block, at) = (&self.cache.neighbours, self.key(index).stable_hash(), now());
         match held {
-            Some(_) => self.cache.neighbours.neighbour(),
-            None if !self.neighbours_come(index) => self.cache.neighbours.first_touch(),
+            Some(_) => estimate.neighbour(block),
+            None if !estimate.whole(block, at) => estimate.first_touch(block, at),
             None => {}
         }
     }
@@ -161,4 +168,9 @@ impl BlockReader {
         }
         plan
     }
+}
+
+/// The neighbour estimate's clock: tokio's, so the paused clock of the test beds drives it.
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
 }

@@ -132,7 +132,8 @@ pub struct StatsDoc {
     /// Column-chunk ranges held for column-chunk fills.
     #[serde(default)]
     pub hint_chunks: u64,
-    /// `fill: auto`'s estimate: small reads' first touches and neighbours, this window.
+    /// `fill: auto`'s estimate: small reads' judged first touches and those that saw a neighbour,
+    /// this window.
     #[serde(default)]
     pub small_reads: (u64, u64),
     /// The block buffer pool.

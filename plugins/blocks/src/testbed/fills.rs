@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{pattern, settings, Bed, BS, BUCKET};
 use crate::cache::Fill;
 use crate::hints::{FileChunks, MAX_CHUNK_FILL};
-use crate::neighbours::{EXPLORE, WARM_UP};
+use crate::neighbours::{EXPLORE, HORIZON, WARM_UP};
 use crate::store::BlockKey;
 
 const B: usize = BS as usize;
@@ -155,22 +155,19 @@ async fn small_reads_with_neighbours_turn_to_whole_block_fills() {
     let body = pattern(10, n as usize * B);
     bed.origin.put("data/n.bin", body.clone());
     bed.head("data/n.bin").await.unwrap();
-    // Learning: first touches of WARM_UP blocks, then a neighbour in each. From the neighbour
-    // that makes them half the first touches on, a held block's miss fills the rest of it
-    // (a sampled block's too: its neighbour has been counted).
-    let mut expect = 0;
+    // Learning: first touches of WARM_UP blocks, then a neighbour in each. A first touch is
+    // judged when its neighbour comes, so the estimate is trusted from the last neighbour on:
+    // every read here is a range fill.
     for off in [0, BS / 2] {
         for i in 0..WARM_UP {
             let a = i * BS + off;
             bed.get("data/n.bin", Some(&format!("bytes={a}-{}", a + 4095)))
                 .await
                 .unwrap();
-            let rest = off > 0 && i * 2 >= WARM_UP;
-            expect += if rest { BS - 4096 } else { 4096 };
         }
     }
     settle().await;
-    assert_eq!(bed.origin.counts().2, expect);
+    assert_eq!(bed.origin.counts().2, 2 * WARM_UP * 4096);
     assert_eq!(bed.cache.neighbours.counts(), (WARM_UP, WARM_UP));
     // First touches 16 KiB into their blocks: each fills its whole block (bar the sample), and
     // its neighbours, before and after it, are hits.
@@ -219,6 +216,10 @@ async fn sparse_small_reads_keep_range_fills() {
     }
     settle().await;
     assert_eq!(bed.origin.counts().2, n * 4096);
+    // Judged once they waited the horizon for a neighbour in vain.
+    assert_eq!(bed.cache.neighbours.counts(), (0, 0));
+    tokio::time::advance(HORIZON).await;
+    assert!(!(bed.cache.neighbours).likely(tokio::time::Instant::now().into_std()));
     assert_eq!(bed.cache.neighbours.counts(), (n, 0));
 }
 
