@@ -11,6 +11,7 @@ writes the "Soak" section of load/PERFORMANCE.md. Exit status 1 on any error.
 
   load/soak.sh                                  # 1 hour
   SOAK_SECONDS=90 SOAK_RESTART_EVERY=45 load/soak.sh   # the CI's short run (no report)
+  SOAK_RATE=500 SOAK_SECONDS=120 SOAK_REPORT=0 load/soak.sh  # a fixed rate (two builds compared)
 """
 import hashlib
 import json
@@ -221,7 +222,7 @@ def main():
     try:
         objects = Objects(s3)
         top, errs = peak(fleet, objects)
-        rate = 0.8 * top
+        rate = float(os.environ.get("SOAK_RATE", 0.8 * top))  # a fixed rate compares two builds
         print(f"peak {top:.0f} req/s ({errs} errors); soaking at {rate:.0f} req/s for {SECONDS} s", flush=True)
         load = Load(fleet, objects, rate)
         t0 = time.monotonic()
@@ -284,6 +285,7 @@ def summarize(samples, failures, rate, top, events):
             "achieved_rps": round(sum(s["rps"] for s in samples) / max(1, n)),
             "errors": len(failures), "first_errors": [f"t={t}s {e}" for t, e in failures[:5]],
             "event_times": [f"t={round(t, 1)}s {e}" for t, e in events][:40],
+            "p50_ms_median": round(sorted(s["p50_ms"] for s in samples)[n // 2], 2) if samples else 0,
             "p99_ms_median": round(p99[len(p99) // 2], 2) if p99 else 0,
             "p99_ms_max": round(p99[-1], 2) if p99 else 0, "rss": rss,
             "events": {k: sum(1 for _, e in events if e.startswith(k)) for k in ("overwrite", "purge", "restart")}}
