@@ -5,10 +5,9 @@
 // Written for the benchmark because wrk cannot stop at the end of a list and a Python client
 // is the bottleneck on a 2-core machine shared with the servers.
 //
-// LOADGEN_READ_BYTES=N (optional) reads each body N bytes at a time through a buffer of that
-// size (and a connection read buffer of that size). Without it a body is read as io.Discard
-// reads it, 8 KiB per read call: the client's own CPU per byte, which the servers share the
-// machine with, then differs between the two settings, the servers' work does not.
+// LOADGEN_READ_BYTES=N (optional) reads each body through a buffer of N bytes (and sets the
+// connection's read buffer to N). Without it a body is read as io.Discard reads it, 8 KiB per
+// read call. Only the client's own CPU per byte changes; what the server does is the same.
 package main
 
 import (
