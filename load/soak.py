@@ -7,11 +7,14 @@ ready). Every answer is checked: its bytes must be those of the version its ETag
 
 Every 5 s it samples throughput, errors, p50/p99 latency and each node's RSS into
 load/soak.json, then plots load/soak-throughput.png, load/soak-p99.png, load/soak-rss.png and
-writes the "Soak" section of load/PERFORMANCE.md. Exit status 1 on any error.
+writes the "Soak" section of load/PERFORMANCE.md. Exit status 1 on any error. The summary it
+prints ends with the nodes' CPU (user + system, all three) per request served, over the peak's
+window (which fills the set cold) and over the soak at its rate.
 
   load/soak.sh                                  # 1 hour
   SOAK_SECONDS=90 SOAK_RESTART_EVERY=45 load/soak.sh   # the CI's short run (no report)
   SOAK_RATE=500 SOAK_SECONDS=120 SOAK_REPORT=0 load/soak.sh  # a fixed rate (two builds compared)
+  FLOE_BIN=<other build>/floe-proxy SOAK_DATA_DRAM=335544320 ...  # another build, DRAM ceiling
 """
 import hashlib
 import json
@@ -41,6 +44,10 @@ OVERWRITE_EVERY = int(os.environ.get("SOAK_OVERWRITE_EVERY", "30"))
 PURGE_EVERY = int(os.environ.get("SOAK_PURGE_EVERY", "120"))
 REPORT = os.environ.get("SOAK_REPORT", "1") == "1"
 OBJECTS, SIZE, RANGE, CLIENTS, SAMPLE = 48, 4 << 20, 64 << 10, 8, 5
+# Each node's cache.data.dram_bytes. Every node ends up holding all 192 MiB of objects, and the
+# DRAM ceiling also holds the disk tier's write buffers and the pool's free buffers (188 MiB left
+# for blocks of a 256 MiB ceiling): 256 MiB makes the soak read part of its set from the disk tier.
+DATA_DRAM = int(os.environ.get("SOAK_DATA_DRAM", str(256 << 20)))
 BUCKET = conftest.BUCKET
 HTTP = urllib3.PoolManager(maxsize=CLIENTS * 2, retries=False)
 from perfdoc import write_section  # noqa: E402
@@ -95,7 +102,7 @@ class Fleet:
 
     def start(self, i):
         return Node(self.tmp, f"soak-{i}", self.relay_port, self.peers[i],
-                    [p for j, p in enumerate(self.peers) if j != i])
+                    [p for j, p in enumerate(self.peers) if j != i], data_dram=DATA_DRAM)
 
     def wait(self):
         names = {n.name for n in self.nodes}
@@ -131,6 +138,17 @@ class Fleet:
             except OSError:
                 pass
         return out
+
+    def cpu(self):
+        """The nodes' CPU seconds so far (user + system, from /proc), all three summed."""
+        total = 0
+        for n in self.nodes:
+            try:
+                fields = open(f"/proc/{n.proc.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
+            except OSError:
+                pass
+        return total / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         for n in self.nodes:
@@ -206,10 +224,12 @@ def peak(fleet, objects, seconds=20):
     load = Load(fleet, objects, 0)
     time.sleep(3)  # warm-up, untimed
     load.take()
+    cpu0 = fleet.cpu()
     time.sleep(seconds)  # the measurement window
     _, ok, errs = load.take()
+    cpu_us = (fleet.cpu() - cpu0) / max(1, ok) * 1e6
     load.end()
-    return ok / seconds, errs
+    return ok / seconds, errs, cpu_us
 
 
 def main():
@@ -221,9 +241,11 @@ def main():
     samples, failures = [], []
     try:
         objects = Objects(s3)
-        top, errs = peak(fleet, objects)
+        top, errs, peak_cpu_us = peak(fleet, objects)
         rate = float(os.environ.get("SOAK_RATE", 0.8 * top))  # a fixed rate compares two builds
-        print(f"peak {top:.0f} req/s ({errs} errors); soaking at {rate:.0f} req/s for {SECONDS} s", flush=True)
+        print(f"peak {top:.0f} req/s ({errs} errors, nodes' CPU {peak_cpu_us:.0f} us a request); "
+              f"soaking at {rate:.0f} req/s for {SECONDS} s", flush=True)
+        cpu0 = fleet.cpu()  # restarts reset a node's count: the figure is then a lower bound
         load = Load(fleet, objects, rate)
         t0 = time.monotonic()
         load.t0 = t0
@@ -252,6 +274,8 @@ def main():
                 events.append((time.monotonic() - t0, f"restart soak-{restarts % 3}"))
                 restarts += 1
         load.end()
+        served = sum(s["rps"] for s in samples) * SAMPLE
+        cpu_us = (fleet.cpu() - cpu0) / max(1, served) * 1e6
         failures = load.errors
     finally:
         fleet.stop()
@@ -262,6 +286,7 @@ def main():
             {"rate": rate, "peak": top, "seconds": SECONDS, "events": events, "samples": samples,
              "errors": failures[:100]}, indent=1))
     summary = summarize(samples, failures, rate, top, events)
+    summary["node_cpu_us_per_request"] = {"peak": round(peak_cpu_us), "soak": round(cpu_us)}
     print(json.dumps(summary, indent=1), flush=True)
     if REPORT:
         plot(samples, events)
