@@ -242,6 +242,9 @@ http {{
 
 
 def start_nginx(origin_port):
+    if not os.access("/usr/sbin/nginx", os.X_OK):  # the scripts beside bench.sh assume it ran once
+        sys.exit("nginx is not installed (/usr/sbin/nginx): load/bench.sh installs it "
+                 "(apt-get install -y nginx-light)")
     d = WORK / "nginx"
     subprocess.run(["rm", "-rf", str(d)], check=True)
     (d / "cache").mkdir(parents=True)
