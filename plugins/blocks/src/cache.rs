@@ -390,6 +390,17 @@ impl BlockCache {
         m.usage() + incoming >= m.capacity()
     }
 
+    /// Whether this node keeps a copy of a data block a peer owns and just sent it: only while
+    /// the store has room for it. Under pressure a replica would push out a block this node
+    /// owns (FIFO eviction has no priorities), and with clients spread over every node each node
+    /// would converge on the same blocks: three nodes held what one holds, and a set that fit
+    /// the fleet's DRAM went back to the origin for 40% of its bytes on every pass. The cost: a
+    /// hot block's readers on other nodes take a peer hop once the store is full. Other stores
+    /// keep replicas subject to admission alone.
+    pub fn keeps_replica(&self, key: &BlockKey, s: Store, incoming: usize) -> bool {
+        s != Store::Data || !Self::under_pressure(self.pick(s, &key.bucket).0, incoming)
+    }
+
     /// Stores a filled block, subject to admission.
     pub fn admit(&self, key: BlockKey, block: Block, s: Store) {
         let (store, stats) = self.pick(s, &key.bucket);

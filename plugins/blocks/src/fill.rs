@@ -52,6 +52,9 @@ pub(crate) struct Source {
     pub(crate) asks: Vec<(PeerRef, bool)>,
     /// Keep what peers send (false: hand it to the waiters without storing it).
     pub(crate) replica: bool,
+    /// Set when the peer that answered owns the bytes (not a donor: this node does not own
+    /// them), so what it sends is a replica here ([`BlockCache::keeps_replica`]).
+    pub(crate) from_owner: bool,
     /// Never the origin (a hand-over pulls only what a peer holds).
     pub(crate) no_origin: bool,
     /// Told where the bytes came from, once the body began.
@@ -68,6 +71,7 @@ impl Source {
             fleet: None,
             asks: Vec::new(),
             replica: true,
+            from_owner: false,
             no_origin: false,
             report: None,
             tally: Some(tally),
@@ -105,6 +109,7 @@ impl Source {
                 };
                 match crate::asks::blocks(&*fleet, &peer, ask).await {
                     Ok(got) => {
+                        self.from_owner = !cached_only;
                         self.tell(Served::Peer(got.source, got.node));
                         return Ok((got.body, true));
                     }
@@ -235,6 +240,7 @@ pub(crate) async fn fill(
                 object_size: size,
                 from_peer,
                 keep: !from_peer || source.replica,
+                replica: from_peer && source.from_owner,
             };
             publish(&cache, &t, it, piece.finish(), how);
             cur = items.next();
@@ -260,6 +266,8 @@ struct Publish {
     from_peer: bool,
     /// Store it (false: hand it to the waiters only, a replica this node does not keep).
     keep: bool,
+    /// Its owner sent it: stored only if [`BlockCache::keeps_replica`] says so.
+    replica: bool,
 }
 
 /// Merges a fetched piece (its bytes `it.from..it.to` and the held ones around them) into what
@@ -269,6 +277,7 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, piece: Span, how: Publis
         object_size: size,
         from_peer: peer,
         keep,
+        replica,
     } = how;
     let bs = cache.settings.block_bytes;
     let len = block_span(it.index, bs, size).1 as u32;
@@ -285,7 +294,7 @@ fn publish(cache: &BlockCache, t: &Target, it: RunItem, piece: Span, how: Publis
         &stats.origin_bytes
     };
     counter.fetch_add(fetched, Ordering::Relaxed);
-    if !keep {
+    if !keep || (replica && !cache.keeps_replica(&it.key, s, block.footprint())) {
         let _ = it.tx.send(Some(Ok(block)));
         cache.inflight.release(&it.key);
         return;

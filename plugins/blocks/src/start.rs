@@ -206,6 +206,7 @@ impl BlockReader {
             tally: Some(self.trail.tally()),
             asks,
             replica: self.replica,
+            from_owner: false,
             no_origin: self.only_from.is_some(),
             report,
         }

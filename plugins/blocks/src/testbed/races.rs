@@ -269,6 +269,37 @@ async fn admission_under_pressure_needs_a_second_touch() {
     assert_eq!((third.label(), third.bytes()), ("hit", &hot));
 }
 
+/// A data block a peer owns is kept here while the store has room and not under pressure,
+/// however often it was read here, so three nodes read evenly hold three nodes' worth of
+/// blocks, not one node's. Other stores keep replicas subject to admission alone.
+#[tokio::test(start_paused = true)]
+async fn a_replica_is_kept_only_while_the_store_has_room() {
+    use crate::classify::Store;
+    let dir = tempfile::tempdir().unwrap();
+    let s = super::settings(dir.path(), 4 * B);
+    let bed = Bed::with(dir, s, Arc::new(MemOrigin::default())).await;
+    let key = crate::store::BlockKey {
+        bucket: Arc::from(super::BUCKET),
+        key: Arc::from("data/theirs.bin"),
+        etag: Arc::from("e1"),
+        block_bytes: BS as u32,
+        index: 0,
+    };
+    let keeps = |s| bed.cache.keeps_replica(&key, s, B);
+    assert!(keeps(Store::Data), "a store with room keeps a replica");
+    let scan = pattern(14, 12 * B);
+    bed.origin.put("data/scan.bin", scan.clone());
+    same(bed.get("data/scan.bin", None).await.unwrap().bytes(), &scan);
+    for _ in 0..15 {
+        bed.cache.sketch.touch(key.stable_hash());
+    }
+    assert!(
+        !keeps(Store::Data),
+        "under pressure a replica is not kept, hot or not"
+    );
+    assert!(keeps(Store::Metadata), "the metadata store keeps replicas");
+}
+
 /// An immutable object's mapping and blocks survive a restart: no HEAD, no GET.
 /// Backs test_restart_serves_warm_set_without_origin_and_refetches_corrupt_blocks.
 #[tokio::test(start_paused = true)]
