@@ -195,8 +195,17 @@ impl NodeClient {
     }
 
     /// Drops the catalog route's cached answers about `namespace` (dotted). A node without a
-    /// catalog route answers 404, which is fine.
+    /// catalog route answers 404, which is fine. A call that fails is sent once more: a pooled
+    /// connection the node closed fails at once and the second call opens a new one, and a
+    /// purge lost leaves the route answering the old snapshot until the table's next commit.
     pub async fn purge_catalog(&self, namespace: &str) -> Result<(), NodeError> {
+        match self.purge_catalog_once(namespace).await {
+            Ok(()) => Ok(()),
+            Err(_) => self.purge_catalog_once(namespace).await,
+        }
+    }
+
+    async fn purge_catalog_once(&self, namespace: &str) -> Result<(), NodeError> {
         let req = self
             .http
             .post(format!("{}/catalog/purge", self.node.admin))

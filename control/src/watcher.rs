@@ -84,15 +84,7 @@ async fn poll(
         // once the status shows the new snapshot, so does the route.
         let ns = ident.namespace().join(".");
         for n in ctl.nodes.current().iter() {
-            // A pooled connection the node closed fails at once; the second call opens a new
-            // one. A purge lost here leaves the route answering the old snapshot until the
-            // table's next commit.
-            let first = n.purge_catalog(&ns).await;
-            let purged = match first {
-                Ok(()) => Ok(()),
-                Err(_) => n.purge_catalog(&ns).await,
-            };
-            if let Err(e) = purged {
+            if let Err(e) = n.purge_catalog(&ns).await {
                 tracing::warn!(node = n.url(), namespace = %ns, error = %e, "catalog purge failed twice");
             }
         }
