@@ -75,10 +75,14 @@ impl Node {
             let origins = self.origins.get().ok_or("no origins yet")?;
             let origin = origin_of(origins, &r.bucket).ok_or("no origin for the route")?;
             let _held = self.uploading.lock(&r.bucket, &r.key).await;
+            // Marked running before it looks, and no longer once it uploaded: its own free
+            // below then waits for no one here (see `crate::uploading`).
+            let running = self.uploading.running(r.id, &r.bucket, &r.key);
             if !self.staged.current(r) {
                 return Ok(());
             }
             let uploaded = upload(self, &*origin, r).await;
+            drop(running);
             if uploaded.is_ok() || at_origin(&*origin, r).await {
                 self.free_propagated(r).await;
                 return Ok(());

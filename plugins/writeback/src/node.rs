@@ -181,7 +181,8 @@ impl Node {
         // A write freed because another overtook or deleted it: an upload of it under way
         // here ends first, so none lands at the origin after the write that follows.
         // (A write freed because the origin holds it takes no lock: its uploader frees it
-        // while holding its own, and two uploaders of one key would wait on each other.)
+        // while holding its own, and two uploaders of one key would wait on each other. It
+        // waits below for an upload of that write here instead: see `crate::uploading`.)
         let _held = match self.superseded_here(&parsed) {
             Some((bucket, key)) => Some(self.uploading.lock(&bucket, &key).await),
             None => None,
@@ -210,6 +211,10 @@ impl Node {
                 // Only a freed write leaves the index (a repair dropping one fragment with
                 // `FreeFragments` does not free the write).
                 self.unindex_id(&id, at_origin);
+                // Unindexed first: an upload that marks itself running and then finds the
+                // write still current started before this, and is waited for; one that
+                // looks after finds it gone and never starts.
+                self.uploading.idle(&id).await;
             }
         }
         reply
@@ -338,7 +343,10 @@ impl Node {
     }
 
     /// The nodes that may hold a fragment or a journal copy of `r`: its fragment nodes and
-    /// every active member.
+    /// every active member, and the members that left the view lately, each with how long a
+    /// message to it is waited for. Its coordinator is waited for as a fragment node is, even
+    /// once out of this node's view: frozen mid-upload, it is the one node whose copy could
+    /// still land at the origin (a node really gone refuses the call at once).
     pub fn holders(&self, r: &Record) -> Vec<(PeerRef, Duration)> {
         let mut out: Vec<(PeerRef, Duration)> = r
             .placements
@@ -350,7 +358,13 @@ impl Node {
         // every view lists it again: see floe_core::recent), waited for briefly.
         let seen = self.recent.with(ranked);
         let live = seen.live.into_iter().map(|m| (m, CALL_WAIT));
-        let departed = seen.departed.into_iter().map(|m| (m, DEPARTED_WAIT));
+        let departed = seen.departed.into_iter().map(|m| {
+            let wait = match *m.id == *r.coordinator {
+                true => CALL_WAIT,
+                false => DEPARTED_WAIT,
+            };
+            (m, wait)
+        });
         for (m, wait) in live.chain(departed) {
             if !out.iter().any(|(p, _)| p.id == m.id) {
                 out.push((m, wait));

@@ -56,7 +56,7 @@ pub async fn upload(
     let body: Box<dyn floe_core::ByteStream> = if size == 0 {
         Box::new(Empty)
     } else {
-        Box::new(body)
+        Box::new(Fenced::new(body, size, floe_core::away::Away::global()))
     };
     let etag = if r.parts.is_empty() {
         let mut headers = r.headers.clone();
@@ -107,6 +107,47 @@ pub async fn newer_at_origin(origin: &dyn OriginReader, r: &Record) -> bool {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
     h.etag.as_str() != r.etag && modified + 1000 >= r.acked_ms
+}
+
+/// An upload's body whose last piece is withheld when this process was away (frozen) since
+/// the upload began: its peers may have counted it gone meanwhile and let a DELETE or a newer
+/// write of the key through to the origin, and a copy finished now would land after it. The
+/// origin, short of the declared length, stores nothing; the write is tried again if it is
+/// still this node's to propagate. (A freeze after the last piece left is over by the time
+/// any peer acts: the origin has the whole body then.)
+struct Fenced<B> {
+    inner: B,
+    left: u64,
+    away: &'static floe_core::away::Away,
+    mark: u64,
+}
+
+impl<B> Fenced<B> {
+    fn new(inner: B, size: u64, away: &'static floe_core::away::Away) -> Self {
+        Self {
+            inner,
+            left: size,
+            away,
+            mark: away.mark(),
+        }
+    }
+}
+
+#[async_trait]
+impl<B: floe_core::ByteStream> floe_core::ByteStream for Fenced<B> {
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, OriginError> {
+        let piece = self.inner.next().await?;
+        if let Some(p) = &piece {
+            self.left = self.left.saturating_sub(p.len() as u64);
+            let away = self.away.away_since_now(self.mark);
+            if self.left == 0 && away.is_some() {
+                return Err(OriginError::Transport(
+                    "this node was away during the upload: its last piece is withheld".into(),
+                ));
+            }
+        }
+        Ok(piece)
+    }
 }
 
 struct Empty;
@@ -190,6 +231,9 @@ impl Propagator {
                 // write: a request that put it at the origin first (and maybe deleted or
                 // overwrote it there since) must not see it land again.
                 let _held = node.uploading.lock(&r.bucket, &r.key).await;
+                // Marked running before it looks: a free of it that unindexes it after this
+                // look waits for the upload (see `crate::uploading`).
+                let _running = node.uploading.running(r.id, &r.bucket, &r.key);
                 if !node.staged.current(&r) || !node.is_caught_up() {
                     return (r, None, false);
                 }
@@ -260,5 +304,54 @@ impl BackgroundService for Propagator {
                 _ = shutdown.changed() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_core::away::Away;
+    use floe_core::ByteStream;
+
+    /// Three pieces of 4 bytes; `thaw` runs before the last one is read.
+    struct Pieces<'a> {
+        n: u8,
+        thaw: &'a (dyn Fn() + Sync),
+    }
+
+    #[async_trait]
+    impl ByteStream for Pieces<'_> {
+        async fn next(&mut self) -> Result<Option<bytes::Bytes>, OriginError> {
+            self.n += 1;
+            if self.n == 3 {
+                (self.thaw)();
+            }
+            Ok((self.n <= 3).then(|| bytes::Bytes::from(vec![self.n; 4])))
+        }
+    }
+
+    async fn read_all(body: &mut dyn ByteStream) -> Result<usize, OriginError> {
+        let mut n = 0;
+        while let Some(p) = body.next().await? {
+            n += p.len();
+        }
+        Ok(n)
+    }
+
+    #[tokio::test]
+    async fn an_upload_away_since_it_began_withholds_its_last_piece() {
+        let away: &'static Away = Box::leak(Box::new(Away::new()));
+        let now = away.mono_ms();
+        away.tick_at(now, 1_000);
+        let none = || ();
+        let mut calm = Fenced::new(Pieces { n: 0, thaw: &none }, 12, away);
+        assert_eq!(read_all(&mut calm).await.unwrap(), 12);
+        // Frozen for 5 s between its second piece and its last.
+        let thaw = || away.tick_at(now + 5_000, 6_000);
+        let mut frozen = Fenced::new(Pieces { n: 0, thaw: &thaw }, 12, away);
+        assert!(frozen.next().await.unwrap().is_some());
+        assert!(frozen.next().await.unwrap().is_some());
+        let last = frozen.next().await;
+        assert!(last.is_err(), "the last piece is withheld: {last:?}");
     }
 }

@@ -4,6 +4,12 @@
 //! staged one: an upload that lost that race would otherwise land after the request it had to
 //! precede (a DELETE, a newer write) and bring the old bytes back. A newer write's upload
 //! waits for an older one's still under way, so the origin ends with the newer.
+//!
+//! A write freed because the origin holds it (another node put it there: it took over from a
+//! coordinator its view had lost) takes no key lock here (this node's own flush frees it while
+//! holding the lock), but it waits until no upload of that write runs here ([`Uploading::idle`]):
+//! a coordinator frozen mid-upload and thawed would otherwise finish its copy after the DELETE
+//! or write that the takeover let through.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,9 +25,13 @@ type KeyOf = (String, String);
 #[derive(Default)]
 pub struct Uploading {
     locks: Mutex<HashMap<KeyOf, Arc<tokio::sync::Mutex<()>>>>,
-    /// The writes being uploaded now, by id: a free of one that a newer write already
-    /// displaced from the index still finds its key, and waits for the upload.
-    running: Mutex<HashMap<ObjectId, KeyOf>>,
+    /// The writes being uploaded now, by id, with how many marks each has (a caller marks
+    /// the write before it looks whether it is still current, and the upload marks it again):
+    /// a free of one that a newer write already displaced from the index still finds its key,
+    /// and waits for the upload.
+    running: Mutex<HashMap<ObjectId, (KeyOf, usize)>>,
+    /// Woken whenever a mark drops.
+    ended: tokio::sync::Notify,
 }
 
 /// An upload under way; it is no longer once this drops.
@@ -33,8 +43,14 @@ pub struct Running<'a> {
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         if let Ok(mut r) = self.uploading.running.lock() {
-            r.remove(&self.id);
+            if let Some((_, marks)) = r.get_mut(&self.id) {
+                *marks = marks.saturating_sub(1);
+                if *marks == 0 {
+                    r.remove(&self.id);
+                }
+            }
         }
+        self.uploading.ended.notify_waiters();
     }
 }
 
@@ -52,10 +68,14 @@ impl Uploading {
         Some(lock.lock_owned().await)
     }
 
-    /// Notes that write `id` of `bucket`/`key` is being uploaded, until the mark drops.
+    /// Notes that write `id` of `bucket`/`key` is being uploaded, until the mark drops (marks
+    /// nest: the write is running until the last one drops).
     pub fn running(&self, id: ObjectId, bucket: &str, key: &str) -> Running<'_> {
         if let Ok(mut r) = self.running.lock() {
-            r.insert(id, (bucket.to_owned(), key.to_owned()));
+            let entry = r
+                .entry(id)
+                .or_insert_with(|| ((bucket.to_owned(), key.to_owned()), 0));
+            entry.1 += 1;
         }
         Running {
             uploading: self,
@@ -65,7 +85,20 @@ impl Uploading {
 
     /// The bucket and key of write `id` if it is being uploaded now.
     pub fn key_of(&self, id: &ObjectId) -> Option<KeyOf> {
-        self.running.lock().ok()?.get(id).cloned()
+        Some(self.running.lock().ok()?.get(id)?.0.clone())
+    }
+
+    /// Returns once no upload of write `id` runs on this node (at once if none does).
+    pub async fn idle(&self, id: &ObjectId) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.key_of(id).is_none() {
+                return;
+            }
+            ended.await;
+        }
     }
 }
 
@@ -91,5 +124,28 @@ mod tests {
         drop(first);
         let after = tokio::time::timeout(Duration::ZERO, uploading.lock("b", "k"));
         assert!(after.await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn idle_waits_for_the_last_mark_of_a_write_to_drop() {
+        let uploading = Uploading::default();
+        let (id, other) = (ObjectId::random(), ObjectId::random());
+        let outer = uploading.running(id, "b", "k");
+        let inner = uploading.running(id, "b", "k");
+        let idle = |id| tokio::time::timeout(Duration::ZERO, uploading.idle(id));
+        assert!(idle(&other).await.is_ok(), "no upload of it: idle at once");
+        drop(inner);
+        assert!(idle(&id).await.is_err(), "one mark left: still running");
+        assert_eq!(uploading.key_of(&id), Some(("b".into(), "k".into())));
+        // The waiter is woken by the last mark's drop (a second's bound: a lost wake-up fails).
+        let last = async {
+            tokio::task::yield_now().await;
+            drop(outer);
+        };
+        let both = async { tokio::join!(last, uploading.idle(&id)) };
+        assert!(tokio::time::timeout(Duration::from_secs(1), both)
+            .await
+            .is_ok());
+        assert_eq!(uploading.key_of(&id), None);
     }
 }

@@ -238,6 +238,36 @@ fn an_older_write_still_uploading_lands_before_the_write_that_overtook_it() {
 }
 
 #[test]
+fn a_coordinator_thawed_mid_upload_lands_before_the_delete_a_takeover_let_through() {
+    block_on(async {
+        let bed = bed().await;
+        bed.put(0, KEY, v(1)).await.unwrap();
+        // n0 uploads v1: its body is read, then n0 freezes for 1.5 s before the origin has it.
+        bed.origin.slow_next_put_ms.store(1500, Ordering::SeqCst);
+        let takeover = async {
+            let frozen = || {
+                bed.origin.puts_in_flight.load(Ordering::SeqCst) > 0
+                    && bed.origin.slow_next_put_ms.load(Ordering::SeqCst) == 0
+            };
+            while !frozen() {
+                tokio::task::yield_now().await;
+            }
+            // Its peers' detectors count n0 gone: a DELETE through n1 finds another node to
+            // flush v1 (n0 is no member), then deletes. Freeing v1 reaches n0, which answers
+            // once its own upload ended: the DELETE goes to the origin after v1 landed.
+            bed.registry.hide("n0", true);
+            bed.delete(1, KEY).await.unwrap();
+        };
+        tokio::join!(bed.propagate(0), takeover);
+        assert_eq!(
+            bed.origin.body(KEY),
+            None,
+            "the acknowledged DELETE stands: n0's late copy of v1 landed before it"
+        );
+    });
+}
+
+#[test]
 fn a_node_frozen_during_a_write_reads_it_once_thawed() {
     block_on(async {
         let bed = bed().await;

@@ -50,6 +50,9 @@ pub const MAX_STREAK: u32 = 2;
 pub struct Registry {
     members: RwLock<BTreeMap<String, Member>>,
     faults: Mutex<CallFaults>,
+    /// Members out of every view that still run and answer: a node thawed after a freeze that
+    /// its peers' failure detectors counted as a departure, before gossip lists it again.
+    hidden: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Registry {
@@ -76,6 +79,7 @@ impl Registry {
                 paused: Default::default(),
                 streaks: Default::default(),
             }),
+            hidden: Default::default(),
         })
     }
 
@@ -112,6 +116,16 @@ impl Registry {
         match paused {
             true => f.paused.insert(id.to_owned()),
             false => f.paused.remove(id),
+        };
+    }
+
+    /// Takes member `id` out of every view (`true`) while it keeps running and answering, or
+    /// lists it again.
+    pub fn hide(&self, id: &str, hidden: bool) {
+        let mut h = self.hidden.lock().unwrap();
+        match hidden {
+            true => h.insert(id.to_owned()),
+            false => h.remove(id),
         };
     }
 
@@ -157,9 +171,10 @@ impl Registry {
     }
 
     fn live(&self) -> Vec<PeerRef> {
+        let hidden = self.hidden.lock().unwrap().clone();
         let m = self.members.read().unwrap();
         m.values()
-            .filter(|m| m.node.is_some())
+            .filter(|m| m.node.is_some() && !hidden.contains(&*m.peer.id))
             .map(|m| m.peer.clone())
             .collect()
     }
