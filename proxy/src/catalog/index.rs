@@ -2,6 +2,8 @@
 //! namespace's answers. Bounded: an entry older than the answers' TTL names an answer that has
 //! expired and is dropped when room is needed; when every entry is live and the index is full,
 //! the new answer is simply not cached (an answer that could not be purged must not be kept).
+//! Nor is an answer whose request began before a purge: the catalog may have answered it before
+//! the commit that purge follows, and cached after the purge it would outlive it.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -24,6 +26,8 @@ struct Inner<K> {
     len: usize,
     /// No entry expires before this: a full index is not rescanned until then.
     next_expiry: Option<Instant>,
+    /// Purges so far (see [`ScopeIndex::purges`]).
+    purges: u64,
 }
 
 impl<K: Hash + Eq + Clone> ScopeIndex<K> {
@@ -34,19 +38,30 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
                 scopes: HashMap::new(),
                 len: 0,
                 next_expiry: None,
+                purges: 0,
             }),
             max,
             ttl,
         }
     }
 
-    /// Records `key` under `scope`, cached at `now`. `false`: the index is full of live
-    /// answers, so this one must not be cached.
-    pub fn insert(&self, scope: &str, key: K, now: Instant) -> bool {
+    /// How many purges ran so far: a request notes it when it begins, and its answer is cached
+    /// only if none ran since ([`ScopeIndex::insert`]).
+    pub fn purges(&self) -> u64 {
+        self.inner.lock().map(|g| g.purges).unwrap_or(u64::MAX)
+    }
+
+    /// Records `key` under `scope`, cached at `now`, for a request that began when
+    /// [`ScopeIndex::purges`] was `since`. `false`: the index is full of live answers, or a
+    /// purge ran since the request began, so this one must not be cached.
+    pub fn insert(&self, scope: &str, key: K, now: Instant, since: u64) -> bool {
         let Ok(mut g) = self.inner.lock() else {
             return false;
         };
         let inner = &mut *g;
+        if inner.purges != since {
+            return false;
+        }
         if inner.len >= self.max && inner.next_expiry.is_some_and(|t| t <= now) {
             let ttl = self.ttl;
             let mut oldest: Option<Instant> = None;
@@ -71,11 +86,13 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
         true
     }
 
-    /// Takes every key of `scope` out of the index.
+    /// Takes every key of `scope` out of the index: a purge (answers of requests under way
+    /// are not cached after it).
     pub fn take(&self, scope: &str) -> Vec<K> {
         let Ok(mut g) = self.inner.lock() else {
             return Vec::new();
         };
+        g.purges += 1;
         let keys = g.scopes.remove(scope).unwrap_or_default();
         g.len -= keys.len();
         keys.into_keys().collect()
@@ -106,34 +123,54 @@ mod tests {
         let idx = ScopeIndex::new(100, ttl);
         let t0 = Instant::now();
         for i in 0..1000u32 {
-            let fits = idx.insert(&format!("ns{}", i % 7), i, t0);
+            let fits = idx.insert(&format!("ns{}", i % 7), i, t0, idx.purges());
             assert_eq!(fits, i < 100, "key {i}");
         }
         assert_eq!(idx.len(), 100);
         // Once the first answers have expired, new ones take their place.
         let later = t0 + ttl;
         for i in 1000..1100u32 {
-            assert!(idx.insert("db", i, later), "key {i}");
+            assert!(idx.insert("db", i, later, idx.purges()), "key {i}");
         }
-        assert!(!idx.insert("db", 5000, later));
+        assert!(!idx.insert("db", 5000, later, idx.purges()));
         assert_eq!(idx.len(), 100);
         assert_eq!(idx.scopes(), vec!["db".to_owned()]);
         assert_eq!(idx.take("db").len(), 100);
         assert_eq!(idx.len(), 0);
-        assert!(idx.insert("db", 1, later));
+        assert!(idx.insert("db", 1, later, idx.purges()));
     }
 
     #[test]
     fn the_same_key_twice_counts_once() {
         let idx = ScopeIndex::new(2, Duration::from_secs(1));
         let now = Instant::now();
-        assert!(idx.insert("a", 1, now));
-        assert!(idx.insert("a", 1, now));
-        assert!(idx.insert("b", 2, now));
+        assert!(idx.insert("a", 1, now, idx.purges()));
+        assert!(idx.insert("a", 1, now, idx.purges()));
+        assert!(idx.insert("b", 2, now, idx.purges()));
         assert!(
-            idx.insert("a", 1, now),
+            idx.insert("a", 1, now, idx.purges()),
             "a key already tracked is refreshed, not refused"
         );
         assert_eq!(idx.len(), 2);
+    }
+
+    #[test]
+    fn an_answer_to_a_request_begun_before_a_purge_is_not_cached() {
+        let idx = ScopeIndex::new(10, Duration::from_secs(30));
+        let now = Instant::now();
+        let began = idx.purges();
+        assert!(idx.insert("db", 1, now, began));
+        // A commit elsewhere purges "db" while a loadTable of another principal is under way.
+        let in_flight = idx.purges();
+        assert_eq!(idx.take("db"), vec![1]);
+        assert!(
+            !idx.insert("db", 2, now, in_flight),
+            "its answer may predate the commit"
+        );
+        assert!(!idx.insert("other", 3, now, in_flight), "any purge counts");
+        assert!(
+            idx.insert("db", 2, now, idx.purges()),
+            "a request begun after it is cached"
+        );
     }
 }

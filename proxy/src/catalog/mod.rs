@@ -93,6 +93,8 @@ pub struct CatalogReq {
     pub scope: String,
     /// Not a GET/HEAD.
     pub mutation: bool,
+    /// The route's purges when the request began: its answer is cached only if none ran since.
+    pub purges: u64,
 }
 
 /// The route, built once at startup.
@@ -131,6 +133,7 @@ impl CatalogRoute {
         Some(CatalogReq {
             scope: scope_of(rest),
             mutation: !matches!(method, "GET" | "HEAD"),
+            purges: self.index.purges(),
         })
     }
 
@@ -185,16 +188,28 @@ impl CatalogRoute {
         CacheKey::new(format!("{principal}\n{target}"), "")
     }
 
-    /// Caches 200 answers for `ttl` and remembers their key under the request's scope.
-    pub fn cacheable(&self, key: &CacheKey, resp: &ResponseHeader, scope: &str) -> RespCacheable {
+    /// Caches 200 answers for `ttl` and remembers their key under the request's scope, unless
+    /// a purge ran since the request began (the answer may predate the commit it follows).
+    pub fn cacheable(
+        &self,
+        key: &CacheKey,
+        resp: &ResponseHeader,
+        req: &CatalogReq,
+    ) -> RespCacheable {
         if resp.status.as_u16() != 200 {
             return RespCacheable::Uncacheable(NoCacheReason::OriginNotCache);
         }
-        if !self.index.insert(scope, key.to_compact(), Instant::now()) {
-            return RespCacheable::Uncacheable(NoCacheReason::Custom("catalog index full"));
+        let indexed_at = Instant::now();
+        if !self
+            .index
+            .insert(&req.scope, key.to_compact(), indexed_at, req.purges)
+        {
+            let why = "catalog index full, or purged since the request began";
+            return RespCacheable::Uncacheable(NoCacheReason::Custom(why));
         }
-        let now = SystemTime::now();
-        RespCacheable::Cacheable(CacheMeta::new(now + self.spec.ttl, now, 0, 0, resp.clone()))
+        let cached_at = SystemTime::now();
+        let fresh_until = cached_at + self.spec.ttl;
+        RespCacheable::Cacheable(CacheMeta::new(fresh_until, cached_at, 0, 0, resp.clone()))
     }
 
     /// Drops every cached answer of `scope` (a dotted namespace; "" for config and lists).

@@ -53,7 +53,7 @@ impl Mode for CatalogRoute {
         ctx: &mut Ctx,
     ) -> Result<RespCacheable> {
         let c = ctx.catalog.as_ref().ok_or_else(no_req)?;
-        Ok(self.cacheable(session.cache.cache_key(), resp, &c.scope))
+        Ok(self.cacheable(session.cache.cache_key(), resp, c))
     }
 
     async fn response_filter(
@@ -70,6 +70,13 @@ impl Mode for CatalogRoute {
         ctx.f.cache = Some(label);
         ctx.status = resp.status.as_u16();
         resp.insert_header("x-floe-cache", label.as_str())?;
+        // A commit through the route: its namespace's answers go before the client hears of
+        // it, so its next loadTable (on any connection) shows the commit.
+        let c = ctx.catalog.as_ref().ok_or_else(no_req)?;
+        if c.mutation && resp.status.is_success() {
+            let purged = self.after_mutation(&c.scope).await;
+            tracing::debug!(scope = %c.scope, purged, "catalog answers purged after a commit");
+        }
         Ok(())
     }
 
@@ -94,13 +101,5 @@ impl Mode for CatalogRoute {
         respond::catalog_error(session, 503, &msg)
             .await
             .unwrap_or(0)
-    }
-
-    async fn logging(&self, ctx: &mut Ctx, status: u16) {
-        let Some(c) = &ctx.catalog else { return };
-        if c.mutation && (200..300).contains(&status) {
-            let purged = self.after_mutation(&c.scope).await;
-            tracing::debug!(scope = %c.scope, purged, "catalog answers purged after a commit");
-        }
     }
 }
