@@ -216,6 +216,27 @@ mod tests {
     impl floe_core::fleet::Transport for Seeded {}
 
     #[tokio::test]
+    async fn a_copy_read_before_its_free_is_never_indexed_after_it() {
+        let (_dir, node) = node(Arc::new(crate::plugin::Alone(Arc::from("n"))));
+        let r = crate::journal::sample("t/a.parquet", 10, "\"e\"", 1);
+        node.store.journal.keep(&r).unwrap();
+        // Replayed at start (or pulled from a peer while catching up): not indexed yet.
+        node.replay(r.clone());
+        // The fleet frees it meanwhile (propagated, overtaken or deleted).
+        let write = Call::FreeWrite {
+            id: r.id,
+            at_origin: true,
+        };
+        assert_eq!(node.serve(write.peer_call()).await.status, 200);
+        for copy in node.take_replayed() {
+            assert!(!node.index(copy), "a freed write is not indexed again");
+        }
+        assert!(node.staged.get("b", "t/a.parquet").is_none());
+        assert!(!node.index(Arc::new(r)), "nor is a copy pulled from a peer");
+        assert!(node.staged.all().is_empty());
+    }
+
+    #[tokio::test]
     async fn a_repair_dropping_a_fragment_leaves_the_write_indexed_and_a_free_does_not() {
         let (_dir, node) = node(Arc::new(crate::plugin::Alone(Arc::from("n"))));
         let r = Arc::new(crate::journal::sample("t/a.parquet", 10, "\"e\"", 1));

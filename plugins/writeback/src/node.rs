@@ -278,11 +278,24 @@ impl Node {
     /// Indexes `r` unless a later write of its key is indexed (then `r` is retired); a write
     /// it displaces is retired. True when `r` was indexed.
     pub fn index(&self, r: Arc<Record>) -> bool {
+        // A write freed here is never indexed again: a copy read before the free (replayed at
+        // start, or pulled from a peer's journal while catching up) and indexed after it would
+        // be served after the write or DELETE that followed it.
+        if self.store.journal.is_freed(&r.id) {
+            tracing::debug!(id = %r.id, key = %r.key, "not indexed: freed here");
+            return false;
+        }
         let this = r.clone();
         let crate::index::Inserted { kept, displaced } = self.staged.insert(r);
         tracing::debug!(id = %this.id, key = %this.key, acked_ms = this.acked_ms, kept, displaced = ?displaced.as_ref().map(|d| d.id), "indexed");
         if let Some(old) = displaced {
             self.retire(old);
+        }
+        // Freed while it was inserted: the free tombstones before it unindexes, so either its
+        // unindexing found this write or this look finds the tombstone.
+        if kept && self.store.journal.is_freed(&this.id) {
+            self.unindex_id(&this.id, false);
+            return false;
         }
         if kept {
             self.forget_version(&this.bucket, &this.key);
