@@ -139,8 +139,7 @@ impl<B: floe_core::ByteStream> floe_core::ByteStream for Fenced<B> {
         let piece = self.inner.next().await?;
         if let Some(p) = &piece {
             self.left = self.left.saturating_sub(p.len() as u64);
-            let away = self.away.away_since_now(self.mark);
-            if self.left == 0 && away.is_some() {
+            if self.left == 0 && self.away.away_since_now(self.mark).is_some() {
                 return Err(OriginError::Transport(
                     "this node was away during the upload: its last piece is withheld".into(),
                 ));

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,9 @@ pub const MAX_INDEXED: usize = 1 << 16;
 /// Cached answer keys by scope (a dotted namespace; "" for config and lists).
 pub struct ScopeIndex<K> {
     inner: Mutex<Inner<K>>,
+    /// Purges so far (see [`ScopeIndex::purges`]): read without the lock when a request
+    /// begins, moved and compared under it.
+    purges: AtomicU64,
     max: usize,
     ttl: Duration,
 }
@@ -26,8 +30,6 @@ struct Inner<K> {
     len: usize,
     /// No entry expires before this: a full index is not rescanned until then.
     next_expiry: Option<Instant>,
-    /// Purges so far (see [`ScopeIndex::purges`]).
-    purges: u64,
 }
 
 impl<K: Hash + Eq + Clone> ScopeIndex<K> {
@@ -38,8 +40,8 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
                 scopes: HashMap::new(),
                 len: 0,
                 next_expiry: None,
-                purges: 0,
             }),
+            purges: AtomicU64::new(0),
             max,
             ttl,
         }
@@ -48,7 +50,7 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
     /// How many purges ran so far: a request notes it when it begins, and its answer is cached
     /// only if none ran since ([`ScopeIndex::insert`]).
     pub fn purges(&self) -> u64 {
-        self.inner.lock().map(|g| g.purges).unwrap_or(u64::MAX)
+        self.purges.load(Ordering::SeqCst)
     }
 
     /// Records `key` under `scope`, cached at `now`, for a request that began when
@@ -59,7 +61,7 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
             return false;
         };
         let inner = &mut *g;
-        if inner.purges != since {
+        if self.purges.load(Ordering::SeqCst) != since {
             return false;
         }
         if inner.len >= self.max && inner.next_expiry.is_some_and(|t| t <= now) {
@@ -92,7 +94,7 @@ impl<K: Hash + Eq + Clone> ScopeIndex<K> {
         let Ok(mut g) = self.inner.lock() else {
             return Vec::new();
         };
-        g.purges += 1;
+        self.purges.fetch_add(1, Ordering::SeqCst);
         let keys = g.scopes.remove(scope).unwrap_or_default();
         g.len -= keys.len();
         keys.into_keys().collect()
