@@ -79,6 +79,8 @@ impl Node {
                 records.extend(recs);
             }
         }
+        // The writes some peer keeps a record of: acknowledged, or at least not orphaned here.
+        let held: HashSet<ObjectId> = records.iter().map(|r| r.id).collect();
         let mut seen = HashSet::new();
         let fresh: Vec<Record> = records
             .into_iter()
@@ -125,6 +127,11 @@ impl Node {
                     self.free(&r).await;
                     continue;
                 }
+                if answered && !held.contains(&r.id) && self.lapsed(&r).await {
+                    tracing::info!(id = %r.id, key = %r.key, "dropping a write never acknowledged (or freed) while this node was away");
+                    self.free(&r).await;
+                    continue;
+                }
                 self.index(r);
             }
             self.readiness.caught_up(mark);
@@ -158,6 +165,45 @@ impl Node {
             }
         }
         false
+    }
+
+    /// Whether replayed write `r`, which no peer that answered the catch-up keeps, lapsed
+    /// while this node was away: a node that could hold its record answers that it freed it,
+    /// or too few could hold one for it to have been acknowledged. Its coordinator
+    /// acknowledges it once `r.copies` fragment nodes besides itself keep the record, so if
+    /// it was, at least `r.copies` of the other nodes named in it (its fragment nodes and
+    /// coordinator) keep it or freed it. A coordinator killed after journaling a write and
+    /// before copying it out leaves such a record: uploaded now, it would land over the
+    /// writes acknowledged since (or bring a deleted key back). A node that does not answer
+    /// (or lost its disk) might hold it; a record from before the rule (`copies` 0) is
+    /// never judged so.
+    async fn lapsed(self: &Arc<Self>, r: &Record) -> bool {
+        if r.copies == 0 {
+            return false;
+        }
+        let mut named: Vec<&str> = r.placements.iter().map(|p| p.node.as_str()).collect();
+        named.push(r.coordinator.as_str());
+        named.sort_unstable();
+        named.dedup();
+        named.retain(|n| *n != self.me());
+        let mut asks = tokio::task::JoinSet::new();
+        for peer in named.iter().filter_map(|n| self.fleet.member(n)) {
+            let (me, id) = (self.clone(), r.id);
+            asks.spawn(async move {
+                let call = Call::HasJournal { id }.peer_call();
+                let answer = me.call_within(&peer, call, CATCH_UP_ASK).await;
+                answer.map(|a| a.status).ok()
+            });
+        }
+        let mut absent = 0;
+        while let Some(answer) = asks.join_next().await {
+            match answer.ok().flatten() {
+                Some(410) => return true,
+                Some(404) => absent += 1,
+                _ => {}
+            }
+        }
+        named.len().saturating_sub(absent) < usize::from(r.copies)
     }
 
     /// Whether the node caught up (it is not ready before: see [`Node::wait_caught_up`]).

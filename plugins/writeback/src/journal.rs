@@ -87,6 +87,12 @@ pub struct Record {
     /// same parts, so the origin's ETag is `etag`, S3's multipart ETag of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// How many fragment nodes besides the coordinator keep this record before the write is
+    /// acknowledged (the coordinator waits for them): a node replaying it that finds fewer
+    /// nodes that could hold it knows no client was told it landed (see
+    /// [`crate::catch_up`]). 0: a record from before that rule, never judged so.
+    #[serde(default)]
+    pub copies: u8,
 }
 
 /// At least `w` fsync reports of distinct fragments on distinct nodes.
@@ -283,6 +289,7 @@ pub(crate) fn sample(key: &str, size: u64, etag: &str, acked_ms: u64) -> Record 
         coordinator: "n".into(),
         acked_ms,
         parts: Vec::new(),
+        copies: 0,
     }
 }
 
@@ -317,6 +324,7 @@ mod tests {
             coordinator: "n0".into(),
             acked_ms: 1,
             parts: Vec::new(),
+            copies: 0,
         }
     }
 

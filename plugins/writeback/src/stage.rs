@@ -36,7 +36,7 @@ pub trait BodySource: Send {
 #[derive(Debug)]
 pub enum Outcome {
     /// Durable across the fleet and journaled: answer 200 (`x-floe-writeback: staged`).
-    Staged(Acked),
+    Staged(Box<Acked>),
     /// Fewer than w fragments were durable but at least k: nothing is acknowledged until the
     /// caller wrote the object (rebuilt from them) to the origin (`x-floe-writeback: sync`),
     /// then freed the fragments.
@@ -80,12 +80,13 @@ impl Node {
         Coordinator { node: self.clone() }
     }
 
-    /// Copies `r` to every other node (best effort, at once): the fragment nodes keep it so
-    /// losing this node's disk loses nothing, and every node indexes it so a read of its key
-    /// through any node serves it. A record is a few hundred bytes.
-    pub async fn replicate(self: &Arc<Self>, r: &Record) {
+    /// Copies `r` to every other node (at once): the fragment nodes keep it so losing this
+    /// node's disk loses nothing, and every node indexes it so a read of its key through any
+    /// node serves it. A record is a few hundred bytes. The number of fragment nodes besides
+    /// this one that kept it: a coordinator acknowledges the write only once `r.copies` did.
+    pub async fn replicate(self: &Arc<Self>, r: &Record) -> usize {
         let Ok(doc) = serde_json::to_vec(r) else {
-            return;
+            return 0;
         };
         let doc = Bytes::from(doc);
         let mut set = JoinSet::new();
@@ -95,14 +96,27 @@ impl Node {
             .filter(|(p, _)| *p.id != *self.me())
         {
             let (me, body) = (self.clone(), doc.clone());
+            let placed = r.placements.iter().any(|p| *p.node == *peer.id);
             set.spawn(async move {
                 let call = Call::KeepJournal.with_body(body);
-                if let Err(e) = me.deliver(&peer, call, wait).await {
-                    tracing::info!(node = %peer.id, error = %e, "journal copy failed");
+                match me.deliver(&peer, call, wait).await {
+                    Ok(reply) if reply.status == 200 => placed,
+                    Ok(reply) => {
+                        tracing::info!(node = %peer.id, status = reply.status, "journal copy refused");
+                        false
+                    }
+                    Err(e) => {
+                        tracing::info!(node = %peer.id, error = %e, "journal copy failed");
+                        false
+                    }
                 }
             });
         }
-        while set.join_next().await.is_some() {}
+        let mut kept = 0;
+        while let Some(done) = set.join_next().await {
+            kept += usize::from(done.unwrap_or(false));
+        }
+        kept
     }
 }
 
@@ -165,7 +179,10 @@ impl Coordinator {
         let (record, reports, targets) = self.place(plan, obj, body, trace).await?;
         let got = reports.len();
         match Quorum::count(reports, w) {
-            Ok(q) => self.journal(record, q, trace).await.map(Outcome::Staged),
+            Ok(q) => self
+                .journal(record, q, w, trace)
+                .await
+                .map(|a| Outcome::Staged(Box::new(a))),
             Err(short) if got >= k => {
                 tracing::warn!(id = %record.id, %short, "fragments short of the quorum: writing the origin first");
                 Ok(Outcome::NeedsSync(Box::new(record)))
@@ -270,6 +287,7 @@ impl Coordinator {
             coordinator: self.node.me().to_owned(),
             acked_ms: self.stamp(obj.bucket, obj.key),
             parts: obj.parts,
+            copies: 0,
         };
         Ok((record, reports, targets))
     }
@@ -400,27 +418,44 @@ impl Coordinator {
         }
     }
 
-    /// Journals `record` with its quorum, copies the record to its fragment nodes and
-    /// indexes it.
+    /// Journals `record` with its quorum, copies the record out and indexes it. The write is
+    /// acknowledged only once w - 1 fragment nodes besides this one keep the record (the
+    /// nodes that just reported their fragments durable): a coordinator that dies before
+    /// that leaves a record no client was told of, which its catch-up recognises and drops
+    /// (see [`crate::catch_up`]) instead of uploading it over the writes acknowledged since.
+    /// Short of them, the write is freed everywhere and the answer is a 503 SlowDown.
     async fn journal(
         &self,
-        record: Record,
+        mut record: Record,
         q: Quorum,
+        w: usize,
         trace: &mut Vec<Phase>,
     ) -> Result<Acked, S3Error> {
         let started = Started::now();
+        record.copies = u8::try_from(w.saturating_sub(1)).unwrap_or(u8::MAX);
         let store = self.node.store.clone();
         let acked = tokio::task::spawn_blocking(move || store.journal.commit(record, q))
             .await
             .map_err(S3Error::internal)?
             .map_err(S3Error::internal)?;
+        let id = acked.record.id;
         // Not propagated before its request freed the write it overtakes (see `settle`).
-        self.node.set_settling(acked.record.id, true);
-        self.node.replicate(&acked.record).await;
+        self.node.set_settling(id, true);
+        let kept = self.node.replicate(&acked.record).await;
         crate::metrics::phase("journal", started.elapsed());
         floe_core::spans::record(trace, || {
-            Phase::new("writeback.journal", started).attr("writeback.id", acked.record.id)
+            Phase::new("writeback.journal", started).attr("writeback.id", id)
         });
+        let want = usize::from(acked.record.copies);
+        if kept < want {
+            tracing::warn!(%id, kept, want, "journal copies short: the write is not acknowledged");
+            self.node.free(&acked.record).await;
+            self.node.set_settling(id, false);
+            return Err(S3Error::new(
+                S3ErrorCode::SlowDown,
+                format!("the write's record reached {kept} of the {want} nodes it needs; retry"),
+            ));
+        }
         self.node.index(Arc::new(acked.record.clone()));
         self.node.journaled.notify_one();
         Ok(acked)

@@ -37,6 +37,11 @@ pub struct CallFaults {
     /// Nodes that die at the next call they get: before serving it (`false`) or after (`true`:
     /// what it did is on its disk, the answer never leaves).
     crash_at_next: std::collections::HashMap<String, bool>,
+    /// Calls to this path never arrive (every one, to every node: a link that drops one
+    /// kind of call).
+    dropped_path: Option<String>,
+    /// Nodes that die as they send their next call to a path (kill -9 mid-request).
+    crash_sending: std::collections::HashMap<String, String>,
     /// Members frozen (SIGSTOP): still in every view, answering nothing.
     paused: std::collections::HashSet<String>,
     /// Drops in a row by (node, method, path).
@@ -53,6 +58,8 @@ pub struct Registry {
     /// Members out of every view that still run and answer: a node thawed after a freeze that
     /// its peers' failure detectors counted as a departure, before gossip lists it again.
     hidden: Mutex<std::collections::HashSet<String>>,
+    /// Told when a member dies as it sends a call (see [`Registry::crash_sending`]).
+    pub crashed: tokio::sync::Notify,
 }
 
 impl Registry {
@@ -76,10 +83,13 @@ impl Registry {
                 after: 0,
                 dropped: 0,
                 crash_at_next: Default::default(),
+                crash_sending: Default::default(),
+                dropped_path: None,
                 paused: Default::default(),
                 streaks: Default::default(),
             }),
             hidden: Default::default(),
+            crashed: tokio::sync::Notify::new(),
         })
     }
 
@@ -108,6 +118,8 @@ impl Registry {
         let mut f = self.faults.lock().unwrap();
         (f.before, f.after) = (0, 0);
         f.crash_at_next.clear();
+        f.crash_sending.clear();
+        f.dropped_path = None;
     }
 
     /// Freezes member `id` (`true`) or thaws it.
@@ -140,6 +152,29 @@ impl Registry {
         f.crash_at_next.insert(id.to_owned(), after_serving);
     }
 
+    /// Every call to `path` is dropped before it arrives (`None`: none is).
+    pub fn drop_path(&self, path: Option<&str>) {
+        self.faults.lock().unwrap().dropped_path = path.map(str::to_owned);
+    }
+
+    /// Member `id` dies as it sends its next call to `path` (the call never leaves).
+    pub fn crash_sending(&self, id: &str, path: &str) {
+        let mut f = self.faults.lock().unwrap();
+        f.crash_sending.insert(id.to_owned(), path.to_owned());
+    }
+
+    fn dies_sending(&self, id: &str, call: &PeerCall) -> bool {
+        let mut f = self.faults.lock().unwrap();
+        if f.crash_sending.get(id) != Some(&call.path) {
+            return false;
+        }
+        f.crash_sending.remove(id);
+        drop(f);
+        self.down(id);
+        self.crashed.notify_one();
+        true
+    }
+
     /// Whether member `id` runs.
     pub fn is_up(&self, id: &str) -> bool {
         self.node(id).is_some()
@@ -158,6 +193,10 @@ impl Registry {
 
     fn roll(&self, to: &str, call: &PeerCall, per_mille: impl Fn(&CallFaults) -> u32) -> bool {
         let mut f = self.faults.lock().unwrap();
+        if f.dropped_path.as_ref() == Some(&call.path) {
+            f.dropped += 1;
+            return true;
+        }
         let p = per_mille(&f);
         let hit = p > 0 && f.rng.random_range(0..1000) < p;
         let streak = f
@@ -240,6 +279,10 @@ impl Transport for MemFleet {
         call: PeerCall,
         _wait: Duration,
     ) -> Result<PeerReply, PeerError> {
+        // A dead process sends nothing more: what it was doing never ends.
+        if self.registry.dies_sending(&self.me, &call) || !self.registry.is_up(&self.me) {
+            std::future::pending::<()>().await;
+        }
         let down = || PeerError::Unavailable(format!("{} is down", peer.id));
         let node = self.registry.node(&peer.id).ok_or_else(down)?;
         if self.registry.crashes(&peer.id, false) {

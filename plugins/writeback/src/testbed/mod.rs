@@ -9,6 +9,7 @@ mod cases;
 pub mod fleet;
 pub mod origin;
 mod props;
+mod unacked;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -193,6 +194,17 @@ impl Bed {
     /// fleet can take it, else to the origin after the key's staged write. The ETag.
     pub async fn put(&self, i: usize, key: &str, body: Bytes) -> Result<String, S3Error> {
         self.put_with(i, key, body, Default::default()).await
+    }
+
+    /// A PUT of `body` as `key` through node `i` that is killed (kill -9) as it sends its
+    /// first call to `path`: the client never hears back; what it fsynced stays on its disk.
+    pub async fn put_dying_at(&mut self, i: usize, key: &str, body: Bytes, path: &str) {
+        self.registry.crash_sending(&self.ids[i], path);
+        tokio::select! {
+            _ = self.put(i, key, body) => panic!("the PUT ended although its node died"),
+            _ = self.registry.crashed.notified() => {}
+        }
+        self.kill(i);
     }
 
     /// [`Bed::put`] with the integrity headers the client sent (`expected`).
