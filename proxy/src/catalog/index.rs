@@ -1,9 +1,10 @@
-//! The catalog route's index of cached answers by namespace, so a commit can purge exactly its
-//! namespace's answers. Bounded: an entry older than the answers' TTL names an answer that has
-//! expired and is dropped when room is needed; when every entry is live and the index is full,
-//! the new answer is simply not cached (an answer that could not be purged must not be kept).
-//! Nor is an answer whose request began before a purge: the catalog may have answered it before
-//! the commit that purge follows, and cached after the purge it would outlive it.
+//! The catalog route's index of cached answers by namespace: how many answers a commit's
+//! purge drops (the purge itself moves the namespace's generation: see `CatalogRoute`), and the
+//! purge count a request notes when it begins. An answer whose request began before a purge is
+//! not cached: the catalog may have answered it before the commit that purge follows. Bounded:
+//! an entry older than the answers' TTL names an expired answer and is dropped when room is
+//! needed; when every entry is live and the index is full, the new answer is not cached (so
+//! the count stays exact).
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -8,14 +8,14 @@
 
 pub mod index;
 
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use floe_core::config::{ConfigCx, ConfigError};
 use pingora::cache::eviction::simple_lru;
 use pingora::cache::key::CompactCacheKey;
 use pingora::cache::lock::{CacheKeyLockImpl, CacheLock};
-use pingora::cache::storage::{PurgeOutcome, PurgeTarget, PurgeType, Storage};
-use pingora::cache::trace::Span;
 use pingora::cache::{CacheKey, CacheMeta, MemCache, NoCacheReason, RespCacheable};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
@@ -103,8 +103,55 @@ pub struct CatalogRoute {
     storage: &'static MemCache,
     eviction: &'static simple_lru::Manager,
     lock: &'static CacheKeyLockImpl,
-    /// Cached keys by scope, so a namespace's answers can be purged (bounded).
+    /// Cached keys by scope: how many answers a purge drops, and the purge count a request
+    /// notes when it begins (bounded).
     index: ScopeIndex<CompactCacheKey>,
+    /// What a purge changes: every cache key carries its scope's generation, so a purge makes
+    /// the scope's answers unreachable without touching the store (see [`Generations`]).
+    generations: Generations,
+}
+
+/// Generations of the cached answers: one for everything, and one per slot of scopes (a scope
+/// hashes to a slot; two scopes sharing one purge each other's answers, which costs a miss and
+/// is never stale). A purge bumps them instead of removing entries from pingora's store: its
+/// `MemCache` removes a fill under way too, and that fill's end then panics its request. The
+/// answers left behind are unreachable and leave with the LRU's `cache_bytes` bound.
+struct Generations {
+    all: AtomicU64,
+    slots: Box<[AtomicU64]>,
+}
+
+/// Scope slots: a few KiB, and collisions rare for the namespaces one catalog has.
+const SCOPE_SLOTS: usize = 1024;
+
+impl Generations {
+    fn new() -> Self {
+        Self {
+            all: AtomicU64::new(0),
+            slots: (0..SCOPE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn slot(&self, scope: &str) -> &AtomicU64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        scope.hash(&mut h);
+        let i = (h.finish() % self.slots.len() as u64) as usize;
+        &self.slots[i]
+    }
+
+    /// The generation an answer of `scope` is cached under now.
+    fn of(&self, scope: &str) -> (u64, u64) {
+        let all = self.all.load(Ordering::SeqCst);
+        (all, self.slot(scope).load(Ordering::SeqCst))
+    }
+
+    fn bump(&self, scope: &str) {
+        self.slot(scope).fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn bump_all(&self) {
+        self.all.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl CatalogRoute {
@@ -120,6 +167,7 @@ impl CatalogRoute {
             eviction,
             lock,
             index: ScopeIndex::new(MAX_INDEXED, spec.ttl),
+            generations: Generations::new(),
             spec,
         }
     }
@@ -176,8 +224,9 @@ impl CatalogRoute {
         );
     }
 
-    /// The cache key: the caller's Authorization (hashed) and the path with query.
-    pub fn key(&self, req: &RequestHeader) -> CacheKey {
+    /// The cache key: the caller's Authorization (hashed), the path with query, and the
+    /// generation of the request's scope (`scope`: see [`CatalogReq`]).
+    pub fn key(&self, req: &RequestHeader, scope: &str) -> CacheKey {
         let auth = req
             .headers
             .get("authorization")
@@ -185,7 +234,8 @@ impl CatalogRoute {
             .unwrap_or(b"");
         let principal = hex::encode(Sha256::digest(auth));
         let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
-        CacheKey::new(format!("{principal}\n{target}"), "")
+        let (all, slot) = self.generations.of(scope);
+        CacheKey::new(format!("{principal}\n{all}.{slot}\n{target}"), "")
     }
 
     /// Caches 200 answers for `ttl` and remembers their key under the request's scope, unless
@@ -212,22 +262,12 @@ impl CatalogRoute {
         RespCacheable::Cacheable(CacheMeta::new(fresh_until, cached_at, 0, 0, resp.clone()))
     }
 
-    /// Drops every cached answer of `scope` (a dotted namespace; "" for config and lists).
-    /// Returns how many entries were purged.
+    /// Drops every cached answer of `scope` (a dotted namespace; "" for config and lists):
+    /// they become unreachable at once. Returns how many there were.
     pub async fn purge(&self, scope: &str) -> usize {
         let keys = self.index.take(scope);
-        let span = Span::inactive().handle();
-        let mut n = 0;
-        for k in &keys {
-            if let Ok(PurgeOutcome::Purged(_)) = self
-                .storage
-                .purge(PurgeTarget::Active(k), PurgeType::Invalidation, &span)
-                .await
-            {
-                n += 1;
-            }
-        }
-        n
+        self.generations.bump(scope);
+        keys.len()
     }
 
     /// After a successful mutation: its namespace's answers and the namespace-less ones go; a
@@ -237,8 +277,11 @@ impl CatalogRoute {
             let scopes = self.index.scopes();
             let mut n = 0;
             for s in scopes {
-                n += self.purge(&s).await;
+                n += self.index.take(&s).len();
             }
+            // After the takes: a request that reads the old generation began before the
+            // last take, so its answer is refused (see `ScopeIndex::insert`).
+            self.generations.bump_all();
             return n;
         }
         self.purge(scope).await + self.purge("").await
@@ -311,6 +354,71 @@ mod tests {
         let mut a = RequestHeader::build("GET", b"/catalog/v1/config", None).unwrap();
         let b = a.clone();
         a.insert_header("authorization", "Bearer x").unwrap();
-        assert_ne!(r.key(&a).to_compact(), r.key(&b).to_compact());
+        assert_ne!(r.key(&a, "").to_compact(), r.key(&b, "").to_compact());
+    }
+
+    fn ok() -> ResponseHeader {
+        ResponseHeader::build(200, None).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_purge_during_a_fill_leaves_the_fill_to_finish_unreachable() {
+        use pingora::cache::storage::Storage;
+        let r = route();
+        let req = RequestHeader::build("GET", b"/catalog/v1/namespaces/db/tables/t", None).unwrap();
+        let got = r
+            .matches("GET", "/catalog/v1/namespaces/db/tables/t")
+            .unwrap();
+        let key = r.key(&req, &got.scope);
+        let RespCacheable::Cacheable(meta) = r.cacheable(&key, &ok(), &got) else {
+            panic!("a 200 is cacheable");
+        };
+        let span = pingora::cache::trace::Span::inactive().handle();
+        let mut fill = r
+            .storage
+            .get_miss_handler(&key, &meta, &span)
+            .await
+            .unwrap();
+        fill.write_body(bytes::Bytes::from_static(b"{}"), false)
+            .await
+            .unwrap();
+        // A commit of the namespace while the answer is still streaming into the cache.
+        assert_eq!(r.after_mutation("db").await, 1);
+        fill.write_body(bytes::Bytes::new(), true).await.unwrap();
+        // Removing the fill from the store made this panic (pingora's MemCache unwraps it).
+        fill.finish().await.unwrap();
+        let next = r.key(&req, "db");
+        assert_ne!(
+            next.to_compact(),
+            key.to_compact(),
+            "the old answer is unreachable"
+        );
+        assert!(r.storage.lookup(&next, &span).await.unwrap().is_none());
+    }
+
+    #[test]
+    fn a_purge_moves_its_scope_and_the_scopeless_answers_only() {
+        let r = route();
+        let req = RequestHeader::build("GET", b"/catalog/v1/x", None).unwrap();
+        let keys = |r: &CatalogRoute| ["db", "other", ""].map(|s| r.key(&req, s).to_compact());
+        let before = keys(&r);
+        block_on(r.after_mutation("db"));
+        let after = keys(&r);
+        assert_ne!(before[0], after[0]);
+        assert_eq!(before[1], after[1], "another namespace keeps its answers");
+        assert_ne!(before[2], after[2], "config and lists go with every commit");
+        block_on(r.after_mutation(""));
+        let all = keys(&r);
+        assert!(
+            (0..3).all(|i| all[i] != after[i]),
+            "a commit without a namespace moves all"
+        );
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
     }
 }

@@ -42,8 +42,9 @@ impl Mode for CatalogRoute {
         Ok(())
     }
 
-    fn cache_key_callback(&self, session: &Session, _ctx: &mut Ctx) -> Result<CacheKey> {
-        Ok(self.key(session.req_header()))
+    fn cache_key_callback(&self, session: &Session, ctx: &mut Ctx) -> Result<CacheKey> {
+        let c = ctx.catalog.as_ref().ok_or_else(no_req)?;
+        Ok(self.key(session.req_header(), &c.scope))
     }
 
     fn response_cache_filter(
