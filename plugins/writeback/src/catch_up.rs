@@ -168,26 +168,24 @@ impl Node {
     }
 
     /// Whether replayed write `r`, which no peer that answered the catch-up keeps, lapsed
-    /// while this node was away: a node that could hold its record answers that it freed it,
-    /// or too few could hold one for it to have been acknowledged. Its coordinator
-    /// acknowledges it once `r.copies` fragment nodes besides itself keep the record, so if
-    /// it was, at least `r.copies` of the other nodes named in it (its fragment nodes and
-    /// coordinator) keep it or freed it. A coordinator killed after journaling a write and
-    /// before copying it out leaves such a record: uploaded now, it would land over the
-    /// writes acknowledged since (or bring a deleted key back). A node that does not answer
-    /// (or lost its disk) might hold it; a record from before the rule (`copies` 0) is
-    /// never judged so.
+    /// while this node was away: a node answers that it freed it, or every other node that
+    /// may hold it answers that it holds no record of it. Its coordinator acknowledges it
+    /// only once `r.copies` fragment nodes besides itself keep the record, so a record no
+    /// other node holds was never acknowledged: a coordinator killed after journaling the
+    /// write and before copying it out left it, and uploaded now it would land over the
+    /// writes acknowledged since (or bring a deleted key back). Any copy elsewhere keeps it
+    /// (the node holding it may have retired the write it overtakes), and so does a node
+    /// that does not answer; a record from before the rule (`copies` 0) is never judged so.
     async fn lapsed(self: &Arc<Self>, r: &Record) -> bool {
         if r.copies == 0 {
             return false;
         }
-        let mut named: Vec<&str> = r.placements.iter().map(|p| p.node.as_str()).collect();
-        named.push(r.coordinator.as_str());
-        named.sort_unstable();
-        named.dedup();
-        named.retain(|n| *n != self.me());
         let mut asks = tokio::task::JoinSet::new();
-        for peer in named.iter().filter_map(|n| self.fleet.member(n)) {
+        for (peer, _) in self
+            .holders(r)
+            .into_iter()
+            .filter(|(p, _)| *p.id != *self.me())
+        {
             let (me, id) = (self.clone(), r.id);
             asks.spawn(async move {
                 let call = Call::HasJournal { id }.peer_call();
@@ -195,15 +193,15 @@ impl Node {
                 answer.map(|a| a.status).ok()
             });
         }
-        let mut absent = 0;
+        let mut held_nowhere = true;
         while let Some(answer) = asks.join_next().await {
             match answer.ok().flatten() {
                 Some(410) => return true,
-                Some(404) => absent += 1,
-                _ => {}
+                Some(404) => {}
+                _ => held_nowhere = false,
             }
         }
-        named.len().saturating_sub(absent) < usize::from(r.copies)
+        held_nowhere
     }
 
     /// Whether the node caught up (it is not ready before: see [`Node::wait_caught_up`]).

@@ -44,16 +44,13 @@ impl Node {
         outcome: Outcome,
     ) -> Result<(String, Settled), S3Error> {
         match outcome {
+            // It carries on as a staged write: settled as one, then refused.
+            Outcome::Unconfirmed(acked, why) => {
+                self.overtake(prior, &acked.record).await;
+                Err(S3Error::new(floe_core::S3ErrorCode::SlowDown, why))
+            }
             Outcome::Staged(acked) => {
-                // Durable now: the write before it is freed everywhere before the answer, so
-                // no node propagates it after this one. A free waits for an upload of it under
-                // way (on its propagating node), and only then may this one be propagated: the
-                // origin ends with the newer write.
-                if let Some(p) = prior {
-                    self.free(p).await;
-                }
-                self.set_settling(acked.record.id, false);
-                self.journaled.notify_one();
+                self.overtake(prior, &acked.record).await;
                 Ok((acked.record.etag, Settled::Staged))
             }
             Outcome::NeedsSync(r) => {
@@ -65,6 +62,17 @@ impl Node {
                 Ok((etag, Settled::Sync))
             }
         }
+    }
+
+    /// Staged write `r` overtakes `prior`: that one is freed everywhere before the answer, so
+    /// no node propagates it after `r`. A free waits for an upload of it under way (on its
+    /// propagating node), and only then may `r` be propagated: the origin ends with `r`.
+    async fn overtake(self: &Arc<Self>, prior: Option<&Arc<Record>>, r: &Record) {
+        if let Some(p) = prior {
+            self.free(p).await;
+        }
+        self.set_settling(r.id, false);
+        self.journaled.notify_one();
     }
 
     /// Before write `r` goes to the origin itself (`sync`): the staged write before it

@@ -41,6 +41,11 @@ pub enum Outcome {
     /// caller wrote the object (rebuilt from them) to the origin (`x-floe-writeback: sync`),
     /// then freed the fragments.
     NeedsSync(Box<Record>),
+    /// Journaled and copied out, but its record reached fewer nodes than an acknowledgment
+    /// needs: a 503 SlowDown (the write may or may not take effect, as with any 5xx). It
+    /// carries on as a staged write all the same: a node its copy reached (even one whose
+    /// answer was lost) indexed it and retired the write it overtakes.
+    Unconfirmed(Box<Acked>, String),
 }
 
 /// A write's placement, decided before its body is read.
@@ -179,10 +184,7 @@ impl Coordinator {
         let (record, reports, targets) = self.place(plan, obj, body, trace).await?;
         let got = reports.len();
         match Quorum::count(reports, w) {
-            Ok(q) => self
-                .journal(record, q, w, trace)
-                .await
-                .map(|a| Outcome::Staged(Box::new(a))),
+            Ok(q) => self.journal(record, q, w, trace).await,
             Err(short) if got >= k => {
                 tracing::warn!(id = %record.id, %short, "fragments short of the quorum: writing the origin first");
                 Ok(Outcome::NeedsSync(Box::new(record)))
@@ -420,17 +422,18 @@ impl Coordinator {
 
     /// Journals `record` with its quorum, copies the record out and indexes it. The write is
     /// acknowledged only once w - 1 fragment nodes besides this one keep the record (the
-    /// nodes that just reported their fragments durable): a coordinator that dies before
-    /// that leaves a record no client was told of, which its catch-up recognises and drops
-    /// (see [`crate::catch_up`]) instead of uploading it over the writes acknowledged since.
-    /// Short of them, the write is freed everywhere and the answer is a 503 SlowDown.
+    /// nodes that just reported their fragments durable), so an acknowledged write's record
+    /// is never on this node alone: a coordinator that dies before copying it out leaves a
+    /// record no other node holds, which its catch-up recognises as never acknowledged and
+    /// drops (see [`crate::catch_up`]) instead of uploading it over the writes acknowledged
+    /// since. Short of them the answer is a 503 ([`Outcome::Unconfirmed`]).
     async fn journal(
         &self,
         mut record: Record,
         q: Quorum,
         w: usize,
         trace: &mut Vec<Phase>,
-    ) -> Result<Acked, S3Error> {
+    ) -> Result<Outcome, S3Error> {
         let started = Started::now();
         record.copies = u8::try_from(w.saturating_sub(1)).unwrap_or(u8::MAX);
         let store = self.node.store.clone();
@@ -446,19 +449,16 @@ impl Coordinator {
         floe_core::spans::record(trace, || {
             Phase::new("writeback.journal", started).attr("writeback.id", id)
         });
+        self.node.index(Arc::new(acked.record.clone()));
+        self.node.journaled.notify_one();
         let want = usize::from(acked.record.copies);
         if kept < want {
             tracing::warn!(%id, kept, want, "journal copies short: the write is not acknowledged");
-            self.node.free(&acked.record).await;
-            self.node.set_settling(id, false);
-            return Err(S3Error::new(
-                S3ErrorCode::SlowDown,
-                format!("the write's record reached {kept} of the {want} nodes it needs; retry"),
-            ));
+            let why =
+                format!("the write's record reached {kept} of the {want} nodes it needs; retry");
+            return Ok(Outcome::Unconfirmed(Box::new(acked), why));
         }
-        self.node.index(Arc::new(acked.record.clone()));
-        self.node.journaled.notify_one();
-        Ok(acked)
+        Ok(Outcome::Staged(Box::new(acked)))
     }
 
     async fn abandon(&self, id: ObjectId, targets: &[PeerRef]) {

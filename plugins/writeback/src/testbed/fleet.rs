@@ -37,11 +37,14 @@ pub struct CallFaults {
     /// Nodes that die at the next call they get: before serving it (`false`) or after (`true`:
     /// what it did is on its disk, the answer never leaves).
     crash_at_next: std::collections::HashMap<String, bool>,
-    /// Calls to this path never arrive (every one, to every node: a link that drops one
-    /// kind of call).
-    dropped_path: Option<String>,
+    /// Calls to this path are lost, every one to every node: before they arrive (`false`)
+    /// or after they were served (`true`: the answer is lost).
+    dropped_path: Option<(String, bool)>,
     /// Nodes that die as they send their next call to a path (kill -9 mid-request).
-    crash_sending: std::collections::HashMap<String, String>,
+    /// (path, how many such calls still leave first).
+    crash_sending: std::collections::HashMap<String, (String, usize)>,
+    /// Members that died as they sent a call, until started again.
+    died_sending: std::collections::HashSet<String>,
     /// Members frozen (SIGSTOP): still in every view, answering nothing.
     paused: std::collections::HashSet<String>,
     /// Drops in a row by (node, method, path).
@@ -60,6 +63,8 @@ pub struct Registry {
     hidden: Mutex<std::collections::HashSet<String>>,
     /// Told when a member dies as it sends a call (see [`Registry::crash_sending`]).
     pub crashed: tokio::sync::Notify,
+    /// Calls being served (see [`Registry::served`]).
+    serving: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl Registry {
@@ -84,17 +89,20 @@ impl Registry {
                 dropped: 0,
                 crash_at_next: Default::default(),
                 crash_sending: Default::default(),
+                died_sending: Default::default(),
                 dropped_path: None,
                 paused: Default::default(),
                 streaks: Default::default(),
             }),
             hidden: Default::default(),
             crashed: tokio::sync::Notify::new(),
+            serving: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 
     /// Runs `node` as member `id` (it answers calls from now on).
     pub fn up(&self, id: &str, node: Arc<Node>) {
+        self.faults.lock().unwrap().died_sending.remove(id);
         if let Some(m) = self.members.write().unwrap().get_mut(id) {
             m.node = Some(node);
         }
@@ -152,27 +160,55 @@ impl Registry {
         f.crash_at_next.insert(id.to_owned(), after_serving);
     }
 
-    /// Every call to `path` is dropped before it arrives (`None`: none is).
-    pub fn drop_path(&self, path: Option<&str>) {
-        self.faults.lock().unwrap().dropped_path = path.map(str::to_owned);
+    /// Every call to `path` is lost before it arrives, or its answer after it was served
+    /// (`after_serving`); `None`: none is.
+    pub fn drop_path(&self, path: Option<&str>, after_serving: bool) {
+        self.faults.lock().unwrap().dropped_path = path.map(|p| (p.to_owned(), after_serving));
     }
 
-    /// Member `id` dies as it sends its next call to `path` (the call never leaves).
-    pub fn crash_sending(&self, id: &str, path: &str) {
+    fn drops_path(&self, call: &PeerCall, after_serving: bool) -> bool {
+        let f = self.faults.lock().unwrap();
+        f.dropped_path
+            .as_ref()
+            .is_some_and(|(p, after)| *p == call.path && *after == after_serving)
+    }
+
+    /// Waits until no call is being served.
+    pub async fn served(&self) {
+        let _ = self.serving.subscribe().wait_for(|n| *n == 0).await;
+    }
+
+    /// Member `id` dies as it sends a call to `path`, once `first` such calls left.
+    pub fn crash_sending(&self, id: &str, path: &str, first: usize) {
         let mut f = self.faults.lock().unwrap();
-        f.crash_sending.insert(id.to_owned(), path.to_owned());
+        f.crash_sending
+            .insert(id.to_owned(), (path.to_owned(), first));
     }
 
     fn dies_sending(&self, id: &str, call: &PeerCall) -> bool {
         let mut f = self.faults.lock().unwrap();
-        if f.crash_sending.get(id) != Some(&call.path) {
+        let Some((path, first)) = f.crash_sending.get_mut(id) else {
+            return false;
+        };
+        if *path != call.path {
+            return false;
+        }
+        if *first > 0 {
+            *first -= 1;
             return false;
         }
         f.crash_sending.remove(id);
+        f.died_sending.insert(id.to_owned());
         drop(f);
         self.down(id);
         self.crashed.notify_one();
         true
+    }
+
+    /// Whether member `id` died as it sent a call and was not started again: the process
+    /// is gone, so nothing it was doing sends another call.
+    fn is_gone(&self, id: &str) -> bool {
+        self.faults.lock().unwrap().died_sending.contains(id)
     }
 
     /// Whether member `id` runs.
@@ -193,10 +229,6 @@ impl Registry {
 
     fn roll(&self, to: &str, call: &PeerCall, per_mille: impl Fn(&CallFaults) -> u32) -> bool {
         let mut f = self.faults.lock().unwrap();
-        if f.dropped_path.as_ref() == Some(&call.path) {
-            f.dropped += 1;
-            return true;
-        }
         let p = per_mille(&f);
         let hit = p > 0 && f.rng.random_range(0..1000) < p;
         let streak = f
@@ -220,6 +252,22 @@ impl Registry {
 
     fn node(&self, id: &str) -> Option<Arc<Node>> {
         self.members.read().unwrap().get(id)?.node.clone()
+    }
+}
+
+/// A call being served, counted until it ends (or is dropped).
+struct Serving(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Serving {
+    fn start(count: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
     }
 }
 
@@ -280,7 +328,7 @@ impl Transport for MemFleet {
         _wait: Duration,
     ) -> Result<PeerReply, PeerError> {
         // A dead process sends nothing more: what it was doing never ends.
-        if self.registry.dies_sending(&self.me, &call) || !self.registry.is_up(&self.me) {
+        if self.registry.dies_sending(&self.me, &call) || self.registry.is_gone(&self.me) {
             std::future::pending::<()>().await;
         }
         let down = || PeerError::Unavailable(format!("{} is down", peer.id));
@@ -294,15 +342,21 @@ impl Transport for MemFleet {
                 peer.id
             )));
         }
-        if self.registry.roll(&peer.id, &call, |f| f.before) {
+        if self.registry.drops_path(&call, false)
+            || self.registry.roll(&peer.id, &call, |f| f.before)
+        {
             return Err(PeerError::Unavailable("call dropped".into()));
         }
         let sent = call.clone();
-        let reply = node.serve(call).await;
+        let reply = {
+            let _serving = Serving::start(&self.registry.serving);
+            node.serve(call).await
+        };
         if self.registry.crashes(&peer.id, true) {
             return Err(down());
         }
-        if self.registry.roll(&peer.id, &sent, |f| f.after) {
+        if self.registry.drops_path(&sent, true) || self.registry.roll(&peer.id, &sent, |f| f.after)
+        {
             return Err(PeerError::Unavailable("answer lost".into()));
         }
         Ok(reply)

@@ -196,13 +196,30 @@ impl Bed {
         self.put_with(i, key, body, Default::default()).await
     }
 
-    /// A PUT of `body` as `key` through node `i` that is killed (kill -9) as it sends its
-    /// first call to `path`: the client never hears back; what it fsynced stays on its disk.
-    pub async fn put_dying_at(&mut self, i: usize, key: &str, body: Bytes, path: &str) {
-        self.registry.crash_sending(&self.ids[i], path);
-        tokio::select! {
-            _ = self.put(i, key, body) => panic!("the PUT ended although its node died"),
-            _ = self.registry.crashed.notified() => {}
+    /// A PUT of `body` as `key` through node `i` that is killed (kill -9) as it sends a call
+    /// to `path`, once `first` such calls left: the client never hears back; what it fsynced
+    /// stays on its disk.
+    pub async fn put_dying_at(
+        &mut self,
+        i: usize,
+        key: &str,
+        body: Bytes,
+        path: &str,
+        first: usize,
+    ) {
+        self.registry.crash_sending(&self.ids[i], path, first);
+        {
+            let put = self.put(i, key, body);
+            tokio::pin!(put);
+            tokio::select! {
+                _ = &mut put => panic!("the PUT ended although its node died"),
+                _ = self.registry.crashed.notified() => {}
+            }
+            // The calls that reached a peer before the death are served there to their end.
+            tokio::select! {
+                _ = &mut put => panic!("the PUT ended although its node died"),
+                _ = self.registry.served() => {}
+            }
         }
         self.kill(i);
     }

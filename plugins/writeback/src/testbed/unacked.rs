@@ -43,7 +43,7 @@ fn a_write_whose_coordinator_died_before_copying_its_record_never_lands_over_a_l
         let mut bed = landed_v1().await;
         // Journaled on node 0's disk, its fragments durable on three nodes; then node 0 dies
         // as it copies the record out: the client never hears back.
-        bed.put_dying_at(0, KEY, v(2), "/journal").await;
+        bed.put_dying_at(0, KEY, v(2), "/journal", 0).await;
         bed.put(1, KEY, v(3)).await.unwrap();
         bed.propagate(1).await;
         assert_eq!(bed.origin.body(KEY), Some(v(3)));
@@ -62,7 +62,7 @@ fn a_write_whose_coordinator_died_before_copying_its_record_never_lands_over_a_l
 fn a_write_whose_coordinator_died_before_copying_its_record_never_brings_a_deleted_key_back() {
     block_on(async {
         let mut bed = landed_v1().await;
-        bed.put_dying_at(0, KEY, v(2), "/journal").await;
+        bed.put_dying_at(0, KEY, v(2), "/journal", 0).await;
         bed.delete(1, KEY).await.unwrap();
         bed.start(0).await;
         bed.catch_up(0, false).await;
@@ -71,18 +71,24 @@ fn a_write_whose_coordinator_died_before_copying_its_record_never_brings_a_delet
 }
 
 #[test]
-fn a_write_whose_record_reaches_too_few_nodes_is_refused_and_never_served() {
+fn a_write_whose_record_reaches_too_few_nodes_is_refused_but_carries_on() {
     block_on(async {
         let mut bed = landed_v1().await;
-        bed.registry.drop_path(Some("/journal"));
-        let refused = bed.put(0, KEY, v(2)).await.unwrap_err();
+        bed.put(2, KEY, v(2)).await.unwrap();
+        // v3's copies reach the nodes, their answers are lost: they indexed it and retired
+        // v2, so v3 is refused (too few confirmed copies) yet stays the key's write.
+        bed.registry.drop_path(Some("/journal"), true);
+        let refused = bed.put(0, KEY, v(3)).await.unwrap_err();
         assert_eq!(refused.code, floe_core::S3ErrorCode::SlowDown);
-        bed.registry.drop_path(None);
+        bed.registry.calm();
         for i in 0..bed.len() {
-            assert_eq!(bed.get(i, KEY).await.unwrap(), Some(v(1)), "node {i}");
+            assert_eq!(bed.get(i, KEY).await.unwrap(), Some(v(3)), "node {i}");
         }
-        assert_eq!(bed.staged(), 0, "the refused write is freed everywhere");
-        settles_on(&mut bed, Some(v(1))).await;
+        // Its coordinator dies before propagating it: a copy elsewhere keeps it on return.
+        bed.kill(0);
+        bed.start(0).await;
+        bed.catch_up(0, false).await;
+        settles_on(&mut bed, Some(v(3))).await;
     });
 }
 
@@ -94,10 +100,32 @@ fn a_write_copied_to_its_fragment_nodes_survives_its_coordinator_dying_before_th
         // (the write v3 overtakes) before answering: v3 may have landed, and it stays.
         bed.put(0, KEY, v(2)).await.unwrap();
         let v2 = bed.node(1).unwrap().staged.get(BUCKET, KEY).unwrap().id;
-        bed.put_dying_at(0, KEY, v(3), &format!("/obj?id={v2}"))
+        bed.put_dying_at(0, KEY, v(3), &format!("/obj?id={v2}"), 0)
             .await;
         bed.start(0).await;
         bed.catch_up(0, false).await;
         settles_on(&mut bed, Some(v(3))).await;
+    });
+}
+
+/// A known hole, kept as its reproduction: a DELETE through a node the dead coordinator's
+/// copy did not reach goes to the origin without flushing the write, and the node the copy
+/// reached takes the write's propagation over and uploads it after the DELETE. Closing it
+/// needs a DELETE (and every request the origin takes itself) to ask the other nodes for a
+/// staged write of its key, not only its own index.
+#[test]
+#[ignore = "known hole: a DELETE consults only its own node's index"]
+fn a_write_whose_record_reached_one_node_before_its_coordinator_died_never_lands_over_a_delete() {
+    block_on(async {
+        let mut bed = landed_v1().await;
+        // One copy leaves (to the first fragment node), then node 0 dies.
+        bed.put_dying_at(0, KEY, v(2), "/journal", 1).await;
+        let holders: Vec<usize> = (1..4)
+            .filter(|i| bed.node(*i).unwrap().staged.get(BUCKET, KEY).is_some())
+            .collect();
+        assert_eq!(holders.len(), 1, "one node indexes the copy");
+        let other = (1..4).find(|i| !holders.contains(i)).unwrap();
+        bed.delete(other, KEY).await.unwrap();
+        settles_on(&mut bed, None).await;
     });
 }
