@@ -76,10 +76,10 @@ impl WritebackFilter {
         let plan = plan.filter(|_| ctx.body_stage.as_mut().is_none_or(|s| s.plain()));
         let Some(plan) = plan else {
             ctx.ext.insert(Mode("direct"));
-            // The origin takes this write itself: the staged one before it lands first.
-            if let Some(r) = prior {
-                self.flush(&r).await?;
-            }
+            // The origin takes this write itself: the staged one before it lands first (one
+            // this node missed included).
+            drop(prior);
+            self.flush_key(key).await?;
             return Ok(false);
         };
         let expected = expected_digests(session)?;
@@ -426,6 +426,7 @@ impl RequestFilter for WritebackFilter {
             // The keys are in the body, which the origin reads as it streams: every staged
             // write of the route lands first, so none propagates over a key it deleted.
             S3Op::DeleteObjects => {
+                self.node.learn_staged(&self.bucket, None).await;
                 let staged = self.node.staged.all().into_iter();
                 for r in staged.filter(|r| r.bucket == self.bucket) {
                     self.flush(&r).await?;

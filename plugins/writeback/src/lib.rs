@@ -39,6 +39,7 @@ pub mod service;
 mod session_body;
 mod settle;
 mod stage;
+mod staged_elsewhere;
 mod sweep;
 #[cfg(test)]
 mod testbed;

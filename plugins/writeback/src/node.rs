@@ -169,6 +169,7 @@ impl Node {
             Call::Upload { id } => return self.serve_upload(id).await,
             Call::DropUpload { id } => return self.serve_drop_upload(id).await,
             Call::Uploads { bucket } => return self.serve_open_uploads(bucket),
+            Call::Staged { bucket, key } => return self.serve_staged(bucket, key.as_deref()),
             Call::Flush { id } => return self.serve_flush(id).await,
             Call::Journals => return self.serve_journals().await,
             Call::HasJournal { id } => {

@@ -117,7 +117,8 @@ impl Store {
             | Call::Flush { .. }
             | Call::Upload { .. }
             | Call::DropUpload { .. }
-            | Call::Uploads { .. } => reply(400, "not a call to the fragment store"),
+            | Call::Uploads { .. }
+            | Call::Staged { .. } => reply(400, "not a call to the fragment store"),
         }
     }
 

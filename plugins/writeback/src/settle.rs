@@ -114,7 +114,10 @@ impl Node {
     /// origin answers, nothing acknowledged is lost or undone (a failed delete leaves the
     /// staged write at the origin, as acknowledged). A newer write staged meanwhile lands too
     /// (a few rounds: a key written without pause overlaps this request anyway).
+    /// A staged write of the key this node missed is asked of the others first (see
+    /// [`crate::staged_elsewhere`]).
     pub async fn flush_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<(), S3Error> {
+        self.learn_staged(bucket, Some(key)).await;
         for _ in 0..FLUSH_ROUNDS {
             let Some(r) = self.staged.get(bucket, key) else {
                 break;

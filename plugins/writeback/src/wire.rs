@@ -49,6 +49,9 @@ pub enum Call {
     DropUpload { id: String },
     /// `GET /uploads`: the multipart uploads of `bucket` open here.
     Uploads { bucket: String },
+    /// `GET /staged`: the records of the writes of `bucket` (of `key` only, when given) this
+    /// node indexes, as JSON.
+    Staged { bucket: String, key: Option<String> },
 }
 
 /// Why a peer call is not a write-back call (answered 400).
@@ -98,6 +101,14 @@ impl Call {
                 format!("/upload?id={}", uri_encode(id, false))
             }
             Call::Uploads { bucket } => format!("/uploads?bucket={}", uri_encode(bucket, false)),
+            Call::Staged { bucket, key } => {
+                let mut path = format!("/staged?bucket={}", uri_encode(bucket, false));
+                if let Some(k) = key {
+                    path.push_str("&key=");
+                    path.push_str(&uri_encode(k, false));
+                }
+                path
+            }
         }
     }
 
@@ -173,6 +184,13 @@ impl Call {
             ("GET", "/uploads") => Call::Uploads {
                 bucket: text("bucket")?,
             },
+            ("GET", "/staged") => Call::Staged {
+                bucket: text("bucket")?,
+                key: match get("key") {
+                    Some(_) => Some(text("key")?),
+                    None => None,
+                },
+            },
             _ => return Err(bad("unknown route")),
         })
     }
@@ -222,6 +240,14 @@ mod tests {
             Call::DropUpload { id: "abc".into() },
             Call::Uploads {
                 bucket: "warehouse".into(),
+            },
+            Call::Staged {
+                bucket: "lake".into(),
+                key: Some("t/a b&c=?.parquet".into()),
+            },
+            Call::Staged {
+                bucket: "lake".into(),
+                key: None,
             },
         ];
         for c in calls {

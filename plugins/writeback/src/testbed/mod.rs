@@ -235,9 +235,7 @@ impl Bed {
         let node = self.serving(i)?;
         let prior = node.staged.get(BUCKET, key);
         let Some(plan) = node.coordinator().plan(&self.opts, body.len() as u64) else {
-            if let Some(p) = &prior {
-                node.flush(p).await?;
-            }
+            node.flush_object(BUCKET, key).await?;
             return self.origin.store(key, body).map_err(slow_down);
         };
         let obj = Object {
