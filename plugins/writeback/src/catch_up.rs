@@ -144,6 +144,23 @@ impl Node {
     /// 410: propagated, overtaken or deleted). Every holder is asked at once, each for at most
     /// [`crate::node::FREED_CHECK_WAIT`]: one that does not answer in time counts as not having freed it.
     pub async fn freed_elsewhere(self: &Arc<Self>, r: &Record) -> bool {
+        let mut asks = self.ask_holders(r, crate::node::FREED_CHECK_WAIT);
+        while let Some(answer) = asks.join_next().await {
+            if answer.ok().flatten() == Some(410) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Asks every holder of `r` other than this node, at once and each for at most `wait`,
+    /// whether it keeps its journal record: each one's answer (200, 404, 410), `None` when it
+    /// did not answer.
+    fn ask_holders(
+        self: &Arc<Self>,
+        r: &Record,
+        wait: std::time::Duration,
+    ) -> tokio::task::JoinSet<Option<u16>> {
         let mut asks = tokio::task::JoinSet::new();
         for (peer, _) in self
             .holders(r)
@@ -153,18 +170,11 @@ impl Node {
             let (me, id) = (self.clone(), r.id);
             asks.spawn(async move {
                 let call = Call::HasJournal { id }.peer_call();
-                let answer = me
-                    .call_within(&peer, call, crate::node::FREED_CHECK_WAIT)
-                    .await;
-                answer.is_ok_and(|a| a.status == 410)
+                let answer = me.call_within(&peer, call, wait).await;
+                answer.map(|a| a.status).ok()
             });
         }
-        while let Some(freed) = asks.join_next().await {
-            if freed.unwrap_or(false) {
-                return true;
-            }
-        }
-        false
+        asks
     }
 
     /// Whether replayed write `r`, which no peer that answered the catch-up keeps, lapsed
@@ -180,19 +190,7 @@ impl Node {
         if r.copies == 0 {
             return false;
         }
-        let mut asks = tokio::task::JoinSet::new();
-        for (peer, _) in self
-            .holders(r)
-            .into_iter()
-            .filter(|(p, _)| *p.id != *self.me())
-        {
-            let (me, id) = (self.clone(), r.id);
-            asks.spawn(async move {
-                let call = Call::HasJournal { id }.peer_call();
-                let answer = me.call_within(&peer, call, CATCH_UP_ASK).await;
-                answer.map(|a| a.status).ok()
-            });
-        }
+        let mut asks = self.ask_holders(r, CATCH_UP_ASK);
         let mut held_nowhere = true;
         while let Some(answer) = asks.join_next().await {
             match answer.ok().flatten() {
