@@ -40,8 +40,8 @@ pub struct CallFaults {
     /// Calls to this path are lost, every one to every node: before they arrive (`false`)
     /// or after they were served (`true`: the answer is lost).
     dropped_path: Option<(String, bool)>,
-    /// Nodes that die as they send their next call to a path (kill -9 mid-request).
-    /// (path, how many such calls still leave first).
+    /// Nodes that die as they send a call to a path (kill -9 mid-request): the path, and how
+    /// many such calls still leave first.
     crash_sending: std::collections::HashMap<String, (String, usize)>,
     /// Members that died as they sent a call, until started again.
     died_sending: std::collections::HashSet<String>,
