@@ -83,6 +83,10 @@ impl Node {
                 }
             }
         }
+        // The usual case: nothing missed, and no trip to the blocking pool.
+        if missed.is_empty() {
+            return 0;
+        }
         let store = self.store.clone();
         let kept = tokio::task::spawn_blocking(move || {
             missed
